@@ -1,0 +1,183 @@
+// shoal/communicator.h — a group of ranks and the collectives among them.
+//
+// Ordering: every operation (collectives and send/recv) is queued in the
+// order it was issued and started in that order on a single executor thread
+// owned by the communicator, like a CUDA stream; collectives therefore
+// complete in issue order on every rank. Sends and receives are started in
+// order but complete when their peer is ready, so send/recv pairs issued in
+// any order on two ranks cannot deadlock each other.
+//
+// Buffers: every pointer passed to an operation must stay valid and must not
+// be written by the caller until that operation's Work completes. Counts are
+// in elements. `send == recv` means in place.
+//
+// Thread-safety: all methods may be called from any thread; operations issued
+// concurrently from several threads are ordered by the order the calls took
+// the queue's lock, which must be the same on every rank (as with MPI).
+//
+// Errors (docs/errors.md): bad arguments throw InvalidArgument from the call
+// itself, naming the argument and the rank, before anything is sent. Failures
+// while running are reported by Work::wait(): PeerLost naming the lost rank,
+// TimeoutError, Mismatch. The first failure breaks the communicator: every
+// pending and later operation fails fast with the same cause.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shoal/error.h"
+#include "shoal/store.h"
+#include "shoal/types.h"
+
+namespace shoal {
+
+inline constexpr int kAnySource = -1;
+
+struct Options {
+  // Default timeout of every operation (measured from when it starts).
+  // SHOAL_TIMEOUT_S overrides the default.
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // Algorithm overrides, "allreduce=ring,broadcast=chain" (SHOAL_ALGO adds to
+  // these; the options win on conflict).
+  std::string algorithms;
+  // Address to listen on and to publish to peers. Empty: the address this host
+  // uses to reach the store (or 127.0.0.1 on a single host).
+  std::string advertise_host;
+  // Busy-poll this long before sleeping in a wait; -1 = automatic (on when
+  // this host runs no more ranks than it has cores). SHOAL_SPIN_US.
+  int spin_us = -1;
+  // Pipelining segment of large transfers. SHOAL_SEGMENT_BYTES.
+  size_t segment_bytes = 0;  // 0 = default (1 MiB)
+  // Store keys of this communicator live under "shoal/<name>/". Empty: a
+  // per-process counter, so communicators created in the same order on every
+  // rank pair up.
+  std::string name;
+  // The rank hosting the store, if it is a rank of this communicator (-1: not
+  // known). Used to name the culprit when the store itself disappears.
+  int store_host_rank = -1;
+};
+
+// Per-operation options.
+struct OpOptions {
+  std::chrono::milliseconds timeout{0};  // 0: the communicator's timeout
+  std::string algorithm;                  // force an algorithm by name
+  double scale = 1.0;                     // the factor of ReduceOp::kPremulSum
+};
+
+// The handle of one queued operation.
+class Work {
+ public:
+  // Blocks until the operation completes; rethrows its error.
+  void wait();
+  // Waits at most `timeout`; returns false if still running (no error is
+  // raised and the operation goes on). Rethrows the operation's error.
+  bool wait_for(std::chrono::milliseconds timeout);
+  // True once the operation has completed, successfully or not.
+  bool test() const;
+  // The error the operation failed with, or null.
+  std::exception_ptr error() const;
+  // The sequence number of a collective (0 for send/recv).
+  uint64_t seq() const { return seq_; }
+  // For a receive: the rank the message came from (meaningful after completion).
+  int source() const;
+  // Runs `fn` once the operation completes (at once if it already has), on
+  // the thread that completes it. `fn` must not block.
+  void on_complete(std::function<void()> fn);
+
+  // Internal: used by the communicator.
+  explicit Work(uint64_t seq) : seq_(seq) {}
+  void finish(std::exception_ptr err, int source = -1);
+
+ private:
+  uint64_t seq_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;                          // GUARDED_BY(mu_)
+  std::exception_ptr error_;                   // GUARDED_BY(mu_)
+  int source_ = -1;                            // GUARDED_BY(mu_)
+  std::vector<std::function<void()>> hooks_;   // GUARDED_BY(mu_)
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+class CommunicatorImpl;
+
+class Communicator {
+ public:
+  // Joins the communicator of `size` ranks rendezvousing through `store`.
+  // Collective over all ranks only in that every rank must create it; it does
+  // not block on the others (connections are made when first needed).
+  static std::shared_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
+                                              Options opts = {});
+  // From RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: rank 0 hosts a TcpStore
+  // at MASTER_ADDR:MASTER_PORT, the others connect to it.
+  static std::shared_ptr<Communicator> from_env(Options opts = {});
+
+  // Stops the executor. Operations still queued or running fail with Aborted.
+  // Does not wait for peers.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+
+  WorkPtr allreduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op,
+                    const OpOptions& o = {});
+  WorkPtr broadcast(void* buf, size_t count, DataType dt, int root, const OpOptions& o = {});
+  // `recv` is used on the root only (may be null elsewhere).
+  WorkPtr reduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op, int root,
+                 const OpOptions& o = {});
+  // recv holds size*count; rank i's block at i*count.
+  WorkPtr allgather(const void* send, void* recv, size_t count, DataType dt,
+                    const OpOptions& o = {});
+  // Rank i contributes recv_counts[i] elements, placed at recv + displs[i]
+  // (displs empty: packed in rank order). send holds recv_counts[rank].
+  WorkPtr allgatherv(const void* send, void* recv, std::vector<size_t> recv_counts,
+                     std::vector<size_t> displs, DataType dt, const OpOptions& o = {});
+  // send holds size*count; rank i receives block i, reduced, in recv.
+  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DataType dt, ReduceOp op,
+                         const OpOptions& o = {});
+  // Rank i receives recv_counts[i] elements; send holds them packed in rank order.
+  WorkPtr reduce_scatterv(const void* send, void* recv, std::vector<size_t> recv_counts,
+                          DataType dt, ReduceOp op, const OpOptions& o = {});
+  // `count` elements to and from every rank.
+  WorkPtr alltoall(const void* send, void* recv, size_t count, DataType dt,
+                   const OpOptions& o = {});
+  // Split sizes in elements; displacements empty: packed.
+  WorkPtr alltoallv(const void* send, std::vector<size_t> send_counts,
+                    std::vector<size_t> send_displs, void* recv, std::vector<size_t> recv_counts,
+                    std::vector<size_t> recv_displs, DataType dt, const OpOptions& o = {});
+  // recv (root only) holds size*count.
+  WorkPtr gather(const void* send, void* recv, size_t count, DataType dt, int root,
+                 const OpOptions& o = {});
+  // send (root only) holds size*count.
+  WorkPtr scatter(const void* send, void* recv, size_t count, DataType dt, int root,
+                  const OpOptions& o = {});
+  WorkPtr barrier(const OpOptions& o = {});
+  // Tagged point-to-point; tag >= 0. recv from kAnySource reports the sender
+  // in Work::source().
+  WorkPtr send(const void* buf, size_t count, DataType dt, int peer, int64_t tag = 0,
+               const OpOptions& o = {});
+  WorkPtr recv(void* buf, size_t count, DataType dt, int peer, int64_t tag = 0,
+               const OpOptions& o = {});
+
+  // Breaks the communicator: pending and later operations fail with Aborted.
+  void abort(const std::string& reason);
+  // The first cause of a break, or null.
+  std::exception_ptr error() const;
+
+ private:
+  explicit Communicator(std::unique_ptr<CommunicatorImpl> impl);
+  std::unique_ptr<CommunicatorImpl> impl_;
+};
+
+}  // namespace shoal

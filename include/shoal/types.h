@@ -1,0 +1,52 @@
+// shoal/types.h — element types and reduction operators of the public API.
+//
+// Plain value types; no state, thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace shoal {
+
+// Element types. The numeric values travel in frame headers: never renumber.
+enum class DataType : uint8_t {
+  kFloat16 = 0,
+  kBFloat16 = 1,
+  kFloat32 = 2,
+  kFloat64 = 3,
+  kInt8 = 4,
+  kUInt8 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+  kBool = 8,
+};
+inline constexpr int kNumDataTypes = 9;
+
+// Reduction operators. AVG divides the sum by the world size (integer division
+// for integer types); PREMUL_SUM multiplies each rank's input by a scale before
+// summing. BAND/BOR/BXOR accept integer and bool types only. On bool, SUM and
+// MAX are logical or, PROD and MIN logical and (as NCCL and PyTorch do).
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kProd = 1,
+  kMin = 2,
+  kMax = 3,
+  kAvg = 4,
+  kPremulSum = 5,
+  kBand = 6,
+  kBor = 7,
+  kBxor = 8,
+};
+inline constexpr int kNumReduceOps = 9;
+
+size_t dtype_size(DataType dt);
+std::string_view dtype_name(DataType dt);
+std::string_view reduce_op_name(ReduceOp op);
+bool is_floating(DataType dt);
+// Parses "float32", "fp32", "f32", "bf16", "int64", ...; returns false if unknown.
+bool parse_dtype(std::string_view s, DataType* out);
+// Parses "sum", "prod", "min", "max", "avg", "premul_sum", "band", "bor", "bxor".
+bool parse_reduce_op(std::string_view s, ReduceOp* out);
+
+}  // namespace shoal

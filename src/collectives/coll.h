@@ -1,0 +1,126 @@
+// collectives/coll.h — what an algorithm sees: its arguments (type-erased)
+// and Ctx, the handful of transport primitives it may use.
+//
+// Rules for algorithms (one per file, see docs/algorithms.md):
+//  - use only Ctx's send/recv/wait, kernels::reduce*, and Ctx::scratch();
+//  - never assume a power-of-two world size; handle count 0 and size 1;
+//  - messages to one peer use strictly increasing `step` numbers within the
+//    collective (the transport relies on it to detect mismatched ranks);
+//  - never modify `send`; `send == recv` means in place.
+//  - reduce ops arrive already lowered: AVG as SUM (the core divides after),
+//    PREMUL_SUM as SUM on pre-scaled input.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "shoal/types.h"
+#include "transport/transport.h"
+
+namespace shoal::coll {
+
+using transport::Clock;
+using transport::Request;
+
+enum class Coll : uint8_t {
+  kAllreduce = 1,
+  kBroadcast,
+  kReduce,
+  kAllgather,
+  kAllgatherv,
+  kReduceScatter,
+  kReduceScatterv,
+  kAlltoall,
+  kAlltoallv,
+  kGather,
+  kScatter,
+  kBarrier,
+  kSend,
+  kRecv,
+};
+inline constexpr int kNumColls = 15;  // index space incl. 0
+std::string_view coll_name(Coll c);
+bool parse_coll(std::string_view s, Coll* out);
+
+// Arguments of one collective, in elements of `dt`.
+//  allreduce, reduce, broadcast: `count` elements in total (broadcast uses recv).
+//  allgather, gather: `count` elements contributed by each rank; recv holds size*count.
+//  scatter: recv gets `count` elements; send (root) holds size*count.
+//  reduce_scatter: recv gets `count`; send holds size*count.
+//  alltoall: `count` elements to and from each rank.
+//  allgatherv: rank i contributes counts[i] elements, placed at recv + displs[i].
+//  reduce_scatterv: rank i gets counts[i] elements; send holds them at displs[i].
+//  alltoallv: send_counts/send_displs and counts/displs (receive side).
+struct Args {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType dt = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  const size_t* counts = nullptr;
+  const size_t* displs = nullptr;
+  const size_t* send_counts = nullptr;
+  const size_t* send_displs = nullptr;
+
+  size_t elem() const { return dtype_size(dt); }
+  bool in_place() const { return send == recv; }
+};
+
+struct Tuning {
+  size_t segment_bytes = 1 << 20;  // pipelining unit of large transfers
+};
+
+// Reusable scratch memory owned by the communicator (grows, never shrinks).
+class Scratch {
+ public:
+  void* get(size_t bytes, int slot = 0);
+
+ private:
+  std::vector<uint8_t> slots_[4];
+};
+
+// One running collective. Created by the core, used on the executor thread.
+class Ctx {
+ public:
+  Ctx(transport::Transport& t, uint64_t seq, const transport::Fingerprint& fp,
+      Clock::time_point deadline, Scratch& scratch, const Tuning& tuning)
+      : t_(t), seq_(seq), fp_(fp), deadline_(deadline), scratch_(scratch), tuning_(tuning) {}
+
+  int rank() const { return t_.rank(); }
+  int size() const { return t_.size(); }
+  const Tuning& tuning() const { return tuning_; }
+  void* scratch(size_t bytes, int slot = 0) { return scratch_.get(bytes, slot); }
+
+  // Non-blocking: `r` must outlive its completion.
+  void isend(Request& r, int peer, uint32_t step, const void* buf, size_t bytes);
+  void irecv(Request& r, int peer, uint32_t step, void* buf, size_t bytes);
+  void wait(Request& r);
+  void wait_all(Request* const* rs, size_t n);
+  void wait(Request& a, Request& b) {
+    Request* rs[2] = {&a, &b};
+    wait_all(rs, 2);
+  }
+
+  // Blocking conveniences.
+  void send(int peer, uint32_t step, const void* buf, size_t bytes);
+  void recv(int peer, uint32_t step, void* buf, size_t bytes);
+  // Posts the receive first, then the send, then waits for both.
+  void sendrecv(int to, const void* sbuf, size_t sbytes, int from, void* rbuf, size_t rbytes,
+                uint32_t step);
+
+ private:
+  transport::Transport& t_;
+  uint64_t seq_;
+  transport::Fingerprint fp_;
+  Clock::time_point deadline_;
+  Scratch& scratch_;
+  const Tuning& tuning_;
+};
+
+using AlgoFn = void (*)(Ctx&, const Args&);
+
+}  // namespace shoal::coll

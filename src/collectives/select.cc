@@ -1,0 +1,66 @@
+// collectives/select.cc — the selection table (documented, with the
+// measurements behind each threshold, in docs/algorithms.md).
+//
+// `bytes` below is the payload per rank: count * element size for
+// allreduce/broadcast/reduce, size * count * element size (the whole output)
+// for allgather/gather/scatter.
+#include "collectives/registry.h"
+#include "shoal/error.h"
+
+namespace shoal::coll {
+namespace {
+
+constexpr size_t KiB = 1024;
+
+const Algorithm& must(Coll c, std::string_view name) {
+  const Algorithm* a = find_algorithm(c, name);
+  if (!a) throw InternalError("selection table names a missing algorithm");
+  return *a;
+}
+
+}  // namespace
+
+const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov) {
+  if (const Algorithm* forced = ov.by_coll[static_cast<int>(c)]) return *forced;
+  const size_t elem = a.elem();
+  switch (c) {
+    case Coll::kAllreduce: {
+      const size_t bytes = a.count * elem;
+      if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
+      if (bytes <= 256 * KiB && size > 2) return must(c, "rabenseifner");
+      return must(c, "ring");
+    }
+    case Coll::kBroadcast: {
+      const size_t bytes = a.count * elem;
+      if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
+      if (bytes <= 8192 * KiB) return must(c, "scatter_allgather");
+      return must(c, "chain");
+    }
+    case Coll::kReduce: {
+      const size_t bytes = a.count * elem;
+      if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
+      return must(c, "scatter_gather");
+    }
+    case Coll::kAllgather: {
+      const size_t bytes = a.count * elem * static_cast<size_t>(size);
+      if (bytes <= 64 * KiB && size > 2) return must(c, "bruck");
+      return must(c, "ring");
+    }
+    case Coll::kGather:
+    case Coll::kScatter: {
+      const size_t bytes = a.count * elem * static_cast<size_t>(size);
+      if (bytes <= 64 * KiB && size > 2) return must(c, "binomial");
+      return must(c, "linear");
+    }
+    case Coll::kAllgatherv: return must(c, "ring");
+    case Coll::kReduceScatter: return must(c, "ring");
+    case Coll::kReduceScatterv: return must(c, "ring");
+    case Coll::kAlltoall: return must(c, "pairwise");
+    case Coll::kAlltoallv: return must(c, "pairwise");
+    case Coll::kBarrier: return must(c, "dissemination");
+    default: break;
+  }
+  throw InternalError("no algorithm for collective " + std::string(coll_name(c)));
+}
+
+}  // namespace shoal::coll

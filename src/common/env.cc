@@ -1,0 +1,56 @@
+// common/env.cc — the SHOAL_* knob table (keep it short; see docs/knobs.md).
+#include "common/env.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "shoal/error.h"
+
+namespace shoal::env {
+namespace {
+
+const Knob kKnobs[] = {
+    {"SHOAL_ALGO", "", "Force algorithms per collective: 'allreduce=ring,broadcast=chain'."},
+    {"SHOAL_TIMEOUT_S", "1800", "Default timeout of every operation, in seconds."},
+    {"SHOAL_SPIN_US", "auto",
+     "Busy-poll this many microseconds before sleeping in a wait (auto: 50 when the host "
+     "runs no more ranks than cores, else 0)."},
+    {"SHOAL_SEGMENT_BYTES", "1048576", "Pipelining segment of large transfers, in bytes."},
+    {"SHOAL_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets, in bytes (0: kernel default)."},
+    {"SHOAL_ADVERTISE_ADDR", "",
+     "Address other ranks use to reach this one (default: the address that reaches the store)."},
+};
+
+bool listed(const char* name) {
+  for (const auto& k : kKnobs) {
+    if (std::strcmp(k.name, name) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const Knob* knobs(int* count) {
+  *count = static_cast<int>(sizeof(kKnobs) / sizeof(kKnobs[0]));
+  return kKnobs;
+}
+
+std::optional<std::string> get(const char* name) {
+  if (!listed(name)) throw InternalError(std::string("unlisted knob ") + name);
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<int64_t> get_int(const char* name) {
+  auto v = get(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  long long x = std::strtoll(v->c_str(), &end, 10);
+  if (end == v->c_str() || *end != '\0') {
+    throw InvalidArgument(std::string(name) + ": '" + *v + "' is not an integer");
+  }
+  return static_cast<int64_t>(x);
+}
+
+}  // namespace shoal::env

@@ -1,0 +1,76 @@
+// common/net.h — small, blocking-or-nonblocking socket helpers shared by the
+// TCP store and the TCP transport. Every function that can fail throws a
+// shoal::Error whose message names the address and the errno text:
+// InvalidArgument for an address that cannot be resolved or bound, PeerLost
+// (peer -1) for a connect that fails hard, TimeoutError past a deadline, and
+// InternalError for system calls failing otherwise (descriptor limits, bad fds).
+// Sockets are created close-on-exec. Free functions; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace shoal::net {
+
+using Clock = std::chrono::steady_clock;
+
+// An owned file descriptor (closed on destruction). Movable, not copyable.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd();
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { int f = fd_; fd_ = -1; return f; }
+  void reset(int fd = -1);
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// Listens on host:port (IPv4 or IPv6 literal or name; "" or "0.0.0.0" = any).
+// port 0 binds an ephemeral port; bound_port() tells which.
+Fd listen_tcp(const std::string& host, uint16_t port, int backlog = 1024);
+uint16_t bound_port(int fd);
+
+// Connects to host:port, retrying on ECONNREFUSED/ENETUNREACH/timeouts with a
+// short backoff until `deadline`, then throws TimeoutError naming host:port
+// and the last errno; other errors throw shoal::Error at once. The returned
+// socket is blocking with TCP_NODELAY set.
+Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline);
+
+// Accepts one connection (blocking unless the listener is non-blocking; returns
+// an invalid Fd on EAGAIN or when the pending connection was already aborted).
+// The result is blocking, with TCP_NODELAY set.
+Fd accept_tcp(int listen_fd);
+
+void set_nonblocking(int fd, bool on);
+void set_nodelay(int fd);  // best-effort (ignored on non-TCP sockets)
+// Best-effort: large socket buffers for bulk transfer.
+void set_buffer_sizes(int fd, int bytes);
+
+// Blocking-with-deadline full transfers on a (possibly non-blocking) socket;
+// use poll() internally. Return false on EOF/connection reset (peer gone),
+// throw TimeoutError past the deadline (Clock::time_point::max() = no deadline).
+// Sends use MSG_NOSIGNAL (never SIGPIPE); EINTR is retried.
+bool write_full(int fd, const void* buf, size_t n, Clock::time_point deadline);
+bool read_full(int fd, void* buf, size_t n, Clock::time_point deadline);
+
+// The local address (numeric) this socket uses and the peer's, as "host:port".
+std::string local_address(int fd);
+std::string peer_address(int fd);
+
+// This machine's host name and a host identity that is equal for processes on
+// the same host (hostname + boot id + network-namespace inode), used to detect
+// same-host peers; two network namespaces on one kernel count as two hosts.
+std::string hostname();
+std::string host_identity();
+
+}  // namespace shoal::net

@@ -1,0 +1,115 @@
+// core/bootstrap.cc — creating communicators: from a store, or from the
+// launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/env.h"
+#include "common/net.h"
+#include "core/communicator_impl.h"
+
+namespace shoal {
+namespace {
+
+std::atomic<uint64_t> g_comm_counter{0};
+
+// The local address this host uses to reach `host` (no packet is sent: a UDP
+// socket is connected and asked for its name). Empty if unknown.
+std::string route_to(const std::string& host) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "";
+  std::string out;
+  int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (ss.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
+      } else {
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
+      }
+      out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
+// The TcpStore behind `store`, looking through PrefixStores.
+const TcpStore* tcp_store_of(const Store* s) {
+  while (s) {
+    if (auto* t = dynamic_cast<const TcpStore*>(s)) return t;
+    auto* p = dynamic_cast<const PrefixStore*>(s);
+    s = p ? p->base().get() : nullptr;
+  }
+  return nullptr;
+}
+
+int env_int(const char* name, bool required, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    if (required) throw InvalidArgument(std::string(name) + ": not set (needed to join a job from the environment)");
+    return fallback;
+  }
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0) throw InvalidArgument(std::string(name) + ": '" + v + "' is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
+                                                   Options opts) {
+  if (!store) throw InvalidArgument("store: null");
+  if (size < 1) throw InvalidArgument("size: must be >= 1, got " + std::to_string(size));
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument("rank: " + std::to_string(rank) + " is out of range for size " + std::to_string(size));
+  }
+  if (auto t = env::get_int("SHOAL_TIMEOUT_S"); t && opts.timeout == std::chrono::minutes(30)) {
+    if (*t <= 0) throw InvalidArgument("SHOAL_TIMEOUT_S: must be > 0");
+    opts.timeout = std::chrono::seconds(*t);
+  }
+  if (opts.timeout.count() <= 0) throw InvalidArgument("timeout: must be > 0");
+  std::string name = opts.name.empty() ? "c" + std::to_string(g_comm_counter.fetch_add(1)) : opts.name;
+  auto scoped = std::make_shared<PrefixStore>("shoal/" + name, store);
+  if (opts.advertise_host.empty()) opts.advertise_host = env::get("SHOAL_ADVERTISE_ADDR").value_or("");
+  if (opts.advertise_host.empty()) {
+    std::string target;
+    if (const TcpStore* t = tcp_store_of(store.get())) target = t->host();
+    if (target.empty()) {
+      if (const char* m = std::getenv("MASTER_ADDR")) target = m;
+    }
+    if (!target.empty()) opts.advertise_host = route_to(target);
+    if (opts.advertise_host.empty()) opts.advertise_host = "127.0.0.1";
+  }
+  auto impl = std::make_unique<CommunicatorImpl>(std::move(scoped), rank, size, std::move(opts));
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+std::shared_ptr<Communicator> Communicator::from_env(Options opts) {
+  int rank = env_int("RANK", true, 0);
+  int size = env_int("WORLD_SIZE", true, 1);
+  const char* addr = std::getenv("MASTER_ADDR");
+  int port = env_int("MASTER_PORT", false, 29500);
+  if (port <= 0 || port > 65535) throw InvalidArgument("MASTER_PORT: " + std::to_string(port) + " is not a port");
+  TcpStoreOptions so;
+  so.host = addr && *addr ? addr : "127.0.0.1";
+  so.port = static_cast<uint16_t>(port);
+  so.is_server = rank == 0;
+  so.timeout = opts.timeout;
+  auto store = std::make_shared<TcpStore>(so);
+  opts.store_host_rank = 0;
+  return create(std::move(store), rank, size, std::move(opts));
+}
+
+}  // namespace shoal

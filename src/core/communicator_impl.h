@@ -1,0 +1,84 @@
+// core/communicator_impl.h — the state behind a Communicator (internal).
+//
+// Threads: the caller threads validate and enqueue operations (under mu_);
+// the executor thread runs them one at a time in queue order, and is the only
+// thread that touches the transport (except abort()/wake()).
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/coll.h"
+#include "collectives/registry.h"
+#include "shoal/communicator.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace shoal {
+
+// One queued operation. Owns copies of every vector argument.
+struct Op {
+  coll::Coll coll = coll::Coll::kAllreduce;
+  coll::Args args;
+  ReduceOp user_op = ReduceOp::kSum;  // before lowering
+  std::vector<size_t> counts, displs, send_counts, send_displs;
+  OpOptions opts;
+  const coll::Algorithm* algo = nullptr;
+  WorkPtr work;
+  uint64_t seq = 0;
+  // Point-to-point.
+  int peer = 0;
+  int64_t tag = 0;
+  std::unique_ptr<transport::Request> req;
+};
+
+class CommunicatorImpl {
+ public:
+  CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts);
+  ~CommunicatorImpl();
+
+  WorkPtr enqueue(std::unique_ptr<Op> op);
+  void abort(const std::string& reason);
+  std::exception_ptr error() const;
+
+  // "shoal rank R: allreduce seq S: "
+  std::string prefix(const Op& op) const;
+  std::string describe(const transport::Fingerprint& fp) const;
+
+  const int rank_;
+  const int size_;
+  const Options opts_;
+  coll::Overrides overrides_;
+
+ private:
+  void run();
+  void execute(Op& op);
+  void run_collective(Op& op);
+  void post_p2p(Op& op);
+  void reap_p2p();
+  void fail_all(std::exception_ptr cause);
+  void on_break(std::exception_ptr cause);
+  std::exception_ptr on_lost(int peer, const std::string& detail);
+  transport::tcp::PeerAddress lookup(int peer);
+
+  std::shared_ptr<Store> store_;  // prefixed with this communicator's name
+  coll::Tuning tuning_;
+  coll::Scratch scratch_;                                   // executor only
+  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  std::vector<std::unique_ptr<Op>> inflight_p2p_;          // executor only
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Op>> queue_;  // GUARDED_BY(mu_)
+  uint64_t next_seq_ = 1;                  // GUARDED_BY(mu_)
+  bool stop_ = false;                      // GUARDED_BY(mu_)
+  std::exception_ptr broken_;              // GUARDED_BY(mu_)
+  std::atomic<bool> busy_{false};
+  std::thread executor_;
+};
+
+}  // namespace shoal

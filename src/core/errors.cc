@@ -1,0 +1,79 @@
+// core/errors.cc
+#include "core/errors.h"
+
+#include <cstdlib>
+
+namespace shoal::core {
+namespace {
+
+std::exception_ptr make(ErrorCode code, const std::string& msg, int peer) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return std::make_exception_ptr(InvalidArgument(msg));
+    case ErrorCode::kTimeout: return std::make_exception_ptr(TimeoutError(msg));
+    case ErrorCode::kPeerLost: return std::make_exception_ptr(PeerLost(msg, peer));
+    case ErrorCode::kMismatch: return std::make_exception_ptr(Mismatch(msg));
+    case ErrorCode::kAborted: return std::make_exception_ptr(Aborted(msg));
+    case ErrorCode::kStore: return std::make_exception_ptr(StoreError(msg));
+    case ErrorCode::kInternal: break;
+  }
+  return std::make_exception_ptr(InternalError(msg));
+}
+
+}  // namespace
+
+std::exception_ptr with_context(std::exception_ptr e, const std::string& prefix) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerLost& x) {
+    return make(x.code(), prefix + x.what(), x.peer());
+  } catch (const Error& x) {
+    return make(x.code(), prefix + x.what(), -1);
+  } catch (const std::exception& x) {
+    return make(ErrorCode::kInternal, prefix + x.what(), -1);
+  } catch (...) {
+    return make(ErrorCode::kInternal, prefix + "unknown exception", -1);
+  }
+}
+
+std::string AbortRecord::encode() const {
+  return std::to_string(static_cast<int>(code)) + "|" + std::to_string(peer) + "|" +
+         std::to_string(detector) + "|" + message;
+}
+
+std::optional<AbortRecord> AbortRecord::decode(const std::string& s) {
+  AbortRecord r;
+  size_t a = s.find('|'), b = a == std::string::npos ? a : s.find('|', a + 1),
+         c = b == std::string::npos ? b : s.find('|', b + 1);
+  if (c == std::string::npos) return std::nullopt;
+  r.code = static_cast<ErrorCode>(std::atoi(s.substr(0, a).c_str()));
+  r.peer = std::atoi(s.substr(a + 1, b - a - 1).c_str());
+  r.detector = std::atoi(s.substr(b + 1, c - b - 1).c_str());
+  r.message = s.substr(c + 1);
+  return r;
+}
+
+AbortRecord AbortRecord::from(std::exception_ptr e, int detector) {
+  AbortRecord r;
+  r.detector = detector;
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerLost& x) {
+    r.code = x.code();
+    r.peer = x.peer();
+    r.message = x.what();
+  } catch (const Error& x) {
+    r.code = x.code();
+    r.message = x.what();
+  } catch (const std::exception& x) {
+    r.message = x.what();
+  } catch (...) {
+    r.message = "unknown error";
+  }
+  return r;
+}
+
+std::exception_ptr AbortRecord::to_error() const {
+  return make(code, message + " (detected by rank " + std::to_string(detector) + ")", peer);
+}
+
+}  // namespace shoal::core

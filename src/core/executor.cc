@@ -1,0 +1,413 @@
+// core/executor.cc — the communicator's executor thread: runs queued
+// operations in order, lowers reduce ops, and turns failures into the
+// communicator-wide broken state.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "common/env.h"
+#include "core/communicator_impl.h"
+#include "core/errors.h"
+#include "kernels/reduce.h"
+
+namespace shoal {
+
+using coll::Coll;
+using transport::Clock;
+
+namespace {
+
+bool is_reducing(Coll c) {
+  return c == Coll::kAllreduce || c == Coll::kReduce || c == Coll::kReduceScatter ||
+         c == Coll::kReduceScatterv;
+}
+
+// Elements of the buffer a reducing collective's input spans.
+size_t input_elems(const Op& op, int size) {
+  switch (op.coll) {
+    case Coll::kReduceScatter: return op.args.count * static_cast<size_t>(size);
+    case Coll::kReduceScatterv: {
+      size_t t = 0;
+      for (size_t c : op.counts) t += c;
+      return t;
+    }
+    default: return op.args.count;
+  }
+}
+
+size_t output_elems(const Op& op, int rank) {
+  switch (op.coll) {
+    case Coll::kReduceScatterv: return op.counts[static_cast<size_t>(rank)];
+    default: return op.args.count;
+  }
+}
+
+// Total element count of the operation, the same on every rank.
+uint64_t fingerprint_count(const Op& op) {
+  switch (op.coll) {
+    case Coll::kAllgatherv:
+    case Coll::kReduceScatterv: {
+      uint64_t t = 0;
+      for (size_t c : op.counts) t += c;
+      return t;
+    }
+    case Coll::kAlltoallv: return 0;  // per-pair sizes are checked per message
+    default: return op.args.count;
+  }
+}
+
+}  // namespace
+
+std::string CommunicatorImpl::prefix(const Op& op) const {
+  std::ostringstream o;
+  o << "shoal rank " << rank_ << ": " << coll::coll_name(op.coll);
+  if (op.seq) o << " seq " << op.seq;
+  o << ": ";
+  return o.str();
+}
+
+std::string CommunicatorImpl::describe(const transport::Fingerprint& fp) const {
+  std::ostringstream o;
+  o << coll::coll_name(static_cast<Coll>(fp.coll)) << "(count=" << fp.count << ", "
+    << dtype_name(static_cast<DataType>(fp.dtype));
+  Coll c = static_cast<Coll>(fp.coll);
+  if (is_reducing(c)) o << ", " << reduce_op_name(static_cast<ReduceOp>(fp.op));
+  if (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter) {
+    o << ", root=" << fp.root;
+  }
+  o << ")";
+  return o.str();
+}
+
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts)
+    : rank_(rank), size_(size), opts_(std::move(opts)), store_(std::move(store)) {
+  std::string spec = env::get("SHOAL_ALGO").value_or("");
+  if (!opts_.algorithms.empty()) spec += (spec.empty() ? "" : ",") + opts_.algorithms;
+  overrides_ = coll::Overrides::parse(spec);
+  tuning_.segment_bytes = opts_.segment_bytes
+                              ? opts_.segment_bytes
+                              : static_cast<size_t>(env::get_int("SHOAL_SEGMENT_BYTES").value_or(1 << 20));
+  if (tuning_.segment_bytes == 0) throw InvalidArgument("SHOAL_SEGMENT_BYTES: must be > 0");
+
+  transport::tcp::TcpOptions t;
+  t.rank = rank_;
+  t.size = size_;
+  int spin = opts_.spin_us;
+  if (spin < 0) {
+    spin = static_cast<int>(env::get_int("SHOAL_SPIN_US").value_or(-1));
+  }
+  if (spin < 0) {
+    int64_t local = size_;
+    if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::atoll(l);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    spin = local <= cores ? 50 : 0;
+  }
+  t.spin_us = spin;
+  t.socket_buffer = static_cast<int>(env::get_int("SHOAL_SOCKET_BUFFER").value_or(4 << 20));
+  t.connect_timeout = opts_.timeout;
+  t.lookup = [this](int peer) { return lookup(peer); };
+  t.on_break = [this](std::exception_ptr e) { on_break(e); };
+  t.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
+  t.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
+
+  // The communicator's unique id: chosen by rank 0, so that connections from
+  // another job or an earlier run on the same port are refused.
+  if (rank_ == 0) {
+    uint64_t uid = 0;
+    std::FILE* f = std::fopen("/dev/urandom", "rb");
+    if (!f || std::fread(&uid, sizeof(uid), 1, f) != 1) uid = static_cast<uint64_t>(getpid()) << 20;
+    if (f) std::fclose(f);
+    store_->set_str("uid", std::to_string(uid));
+    t.job = uid;
+  } else {
+    t.job = std::stoull(store_->get_str("uid"));
+  }
+  std::string host = opts_.advertise_host;
+  t.bind_host = host;
+  transport_ = std::make_unique<transport::tcp::TcpTransport>(std::move(t));
+  if (size_ > 1) {
+    store_->set_str("addr/" + std::to_string(rank_),
+                    host + " " + std::to_string(transport_->listen_port()) + " " + net::hostname());
+  }
+  executor_ = std::thread([this] { run(); });
+}
+
+CommunicatorImpl::~CommunicatorImpl() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  if (busy_.load()) {
+    transport_->abort(std::make_exception_ptr(
+        Aborted("shoal rank " + std::to_string(rank_) + ": communicator destroyed")));
+  }
+  cv_.notify_all();
+  transport_->wake();
+  if (executor_.joinable()) executor_.join();
+}
+
+transport::tcp::PeerAddress CommunicatorImpl::lookup(int peer) {
+  std::string v = store_->get_str("addr/" + std::to_string(peer));
+  std::istringstream in(v);
+  transport::tcp::PeerAddress a;
+  in >> a.host >> a.port >> a.hostname;
+  return a;
+}
+
+void CommunicatorImpl::on_break(std::exception_ptr cause) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!broken_) broken_ = cause;
+  }
+  // Publish the first cause, so that ranks that only see this rank's sockets
+  // close can name the real culprit.
+  try {
+    core::AbortRecord rec = core::AbortRecord::from(cause, rank_);
+    if (rec.code == ErrorCode::kAborted) return;  // a local decision, not a job fault
+    if (!store_->check({"abort"})) store_->set_str("abort", rec.encode());
+  } catch (...) {
+  }
+}
+
+std::exception_ptr CommunicatorImpl::on_lost(int peer, const std::string& detail) {
+  std::string who = transport_ ? transport_->describe_peer(peer) : "rank " + std::to_string(peer);
+  try {
+    if (store_->check({"abort"})) {
+      auto rec = core::AbortRecord::decode(store_->get_str("abort"));
+      if (rec && rec->detector != rank_) return rec->to_error();
+    }
+  } catch (const Error&) {
+    int host = opts_.store_host_rank;
+    if (host >= 0 && host != rank_ && host != peer) {
+      return std::make_exception_ptr(
+          PeerLost("peer lost: rank " + std::to_string(host) +
+                       " (it hosts the rendezvous store, which is unreachable; the connection to " +
+                       who + " closed too)",
+                   host));
+    }
+  }
+  return std::make_exception_ptr(PeerLost("peer lost: " + who + ": " + detail, peer));
+}
+
+std::exception_ptr CommunicatorImpl::error() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return broken_;
+}
+
+void CommunicatorImpl::abort(const std::string& reason) {
+  auto cause = std::make_exception_ptr(
+      Aborted("shoal rank " + std::to_string(rank_) + ": aborted: " + reason));
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!broken_) broken_ = cause;
+  }
+  transport_->abort(cause);
+  cv_.notify_all();
+}
+
+WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
+  WorkPtr w;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (stop_) throw Aborted(prefix(*op) + "the communicator is being destroyed");
+    if (op->coll != Coll::kSend && op->coll != Coll::kRecv) op->seq = next_seq_++;
+    op->work = std::make_shared<Work>(op->seq);
+    w = op->work;
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_one();
+  transport_->wake();
+  return w;
+}
+
+void CommunicatorImpl::fail_all(std::exception_ptr cause) {
+  for (auto& op : inflight_p2p_) op->work->finish(core::with_context(cause, prefix(*op)));
+  inflight_p2p_.clear();
+}
+
+void CommunicatorImpl::run() {
+  for (;;) {
+    std::unique_ptr<Op> op;
+    std::exception_ptr broken;
+    {
+      std::unique_lock<std::mutex> g(mu_);
+      broken = broken_;
+      if (broken || inflight_p2p_.empty()) {
+        // Nothing to progress: sleep until there is work.
+        cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
+      }
+      if (!queue_.empty()) {
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      } else if (stop_) {
+        break;
+      }
+      broken = broken_;
+    }
+    if (op) {
+      busy_.store(true);
+      execute(*op);
+      busy_.store(!inflight_p2p_.empty());
+      continue;
+    }
+    // Idle with receives or sends in flight: progress them.
+    try {
+      transport_->poll_wait(Clock::now() + std::chrono::milliseconds(200));
+      reap_p2p();
+    } catch (...) {
+      auto e = std::current_exception();
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!broken_) broken_ = e;
+      }
+      fail_all(e);
+    }
+    busy_.store(!inflight_p2p_.empty());
+  }
+  // Stopping: whatever is left fails.
+  auto cause = std::make_exception_ptr(Aborted("communicator destroyed"));
+  std::deque<std::unique_ptr<Op>> rest;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    rest.swap(queue_);
+  }
+  for (auto& op : rest) op->work->finish(core::with_context(cause, prefix(*op)));
+  fail_all(cause);
+}
+
+void CommunicatorImpl::reap_p2p() {
+  for (auto it = inflight_p2p_.begin(); it != inflight_p2p_.end();) {
+    Op& op = **it;
+    if (op.req->complete) {
+      op.work->finish(nullptr, op.req->source);
+      it = inflight_p2p_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CommunicatorImpl::execute(Op& op) {
+  std::exception_ptr broken;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    broken = broken_;
+  }
+  if (broken) {
+    op.work->finish(core::with_context(broken, prefix(op)));
+    return;
+  }
+  try {
+    if (op.coll == Coll::kSend || op.coll == Coll::kRecv) {
+      post_p2p(op);
+    } else {
+      run_collective(op);
+      op.work->finish(nullptr);
+    }
+    reap_p2p();
+  } catch (...) {
+    auto e = std::current_exception();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!broken_) broken_ = e;
+    }
+    // The transport is broken already for transport errors; anything else
+    // thrown mid-collective leaves ranks out of step, so break it too.
+    if (!transport_->broken()) {
+      try {
+        transport_->abort(e);
+        transport_->poll();
+      } catch (...) {
+      }
+    }
+    op.work->finish(core::with_context(e, prefix(op)));
+    fail_all(e);
+  }
+}
+
+void CommunicatorImpl::post_p2p(Op& op) {
+  auto r = std::make_unique<transport::Request>();
+  r->kind = op.coll == Coll::kSend ? transport::Request::Kind::kSend : transport::Request::Kind::kRecv;
+  r->peer = op.peer;
+  r->tag = transport::Tag{transport::Space::kP2P, static_cast<uint64_t>(op.tag), 0};
+  r->fp.coll = static_cast<uint8_t>(Coll::kSend);
+  r->fp.dtype = static_cast<uint8_t>(op.args.dt);
+  r->fp.count = op.args.count;
+  r->buf = op.coll == Coll::kSend ? const_cast<void*>(op.args.send) : op.args.recv;
+  r->len = op.args.count * op.args.elem();
+  op.req = std::move(r);
+  if (op.coll == Coll::kSend) {
+    transport_->post_send(op.req.get());
+  } else {
+    transport_->post_recv(op.req.get());
+  }
+  // Ownership moves to the in-flight list; the queue's unique_ptr is released
+  // by the caller of execute() going out of scope, so take a fresh one.
+  auto owned = std::make_unique<Op>();
+  owned->coll = op.coll;
+  owned->seq = op.seq;
+  owned->work = op.work;
+  owned->req = std::move(op.req);
+  inflight_p2p_.push_back(std::move(owned));
+}
+
+void CommunicatorImpl::run_collective(Op& op) {
+  coll::Args a = op.args;
+  const size_t es = a.elem();
+  transport::Fingerprint fp;
+  fp.coll = static_cast<uint8_t>(op.coll);
+  fp.dtype = static_cast<uint8_t>(a.dt);
+  fp.op = is_reducing(op.coll) ? static_cast<uint8_t>(op.user_op) : 0;
+  fp.root = static_cast<uint32_t>(a.root);
+  fp.count = fingerprint_count(op);
+
+  // Count 0 everywhere: nothing to move (the barrier always runs).
+  bool empty = fp.count == 0 && op.coll != Coll::kBarrier && op.coll != Coll::kAlltoallv;
+  if (op.coll == Coll::kAlltoallv) {
+    empty = true;
+    for (size_t i = 0; i < op.counts.size(); ++i) {
+      if (op.counts[i] || op.send_counts[i]) empty = false;
+    }
+    // Ranks may disagree on emptiness only when their peers send them
+    // nothing as well; running the exchange anyway keeps everyone in step.
+    empty = false;
+  }
+  if (empty) return;
+
+  // Lower AVG and PREMUL_SUM to SUM.
+  std::vector<uint8_t> premul;
+  if (is_reducing(op.coll)) {
+    a.op = (op.user_op == ReduceOp::kAvg || op.user_op == ReduceOp::kPremulSum) ? ReduceOp::kSum
+                                                                                 : op.user_op;
+    if (op.user_op == ReduceOp::kPremulSum) {
+      size_t n = input_elems(op, size_);
+      if (op.coll == Coll::kAllreduce) {
+        kernels::scale(a.dt, a.recv, a.send, op.opts.scale, n);
+        a.send = a.recv;
+      } else {
+        premul.resize(n * es);
+        kernels::scale(a.dt, premul.data(), a.send, op.opts.scale, n);
+        a.send = premul.data();
+      }
+    }
+  }
+  if (op.coll == Coll::kAllgatherv || op.coll == Coll::kReduceScatterv || op.coll == Coll::kAlltoallv) {
+    a.counts = op.counts.data();
+    a.displs = op.displs.data();
+    a.send_counts = op.send_counts.empty() ? nullptr : op.send_counts.data();
+    a.send_displs = op.send_displs.empty() ? nullptr : op.send_displs.data();
+  }
+
+  auto timeout = op.opts.timeout.count() > 0 ? op.opts.timeout : opts_.timeout;
+  coll::Ctx ctx(*transport_, op.seq, fp, Clock::now() + timeout, scratch_, tuning_);
+  op.algo->fn(ctx, a);
+
+  if (is_reducing(op.coll) && op.user_op == ReduceOp::kAvg) {
+    bool has_output = op.coll != Coll::kReduce || rank_ == a.root;
+    if (has_output) kernels::divide(a.dt, a.recv, a.recv, size_, output_elems(op, rank_));
+  }
+}
+
+}  // namespace shoal

@@ -1,0 +1,139 @@
+// kernels/reduce.cc — argument checks and the one dispatch per call of reduce.h.
+//
+// Validates (dtype, op), pointers and overlap, then calls the typed loop that
+// the current CPU target's table (dispatch.h) holds for the pair. No state.
+#include "kernels/reduce.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "kernels/dispatch.h"
+#include "shoal/error.h"
+
+namespace shoal::kernels {
+namespace {
+
+bool valid_dtype(DataType dt) { return static_cast<int>(dt) < kNumDataTypes; }
+bool valid_op(ReduceOp op) { return static_cast<int>(op) < kNumReduceOps; }
+
+bool is_bitwise(ReduceOp op) {
+  return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+}
+
+// Why (dt, op) is rejected, or "" when it is supported. Built once, then read-only.
+using WhyTable = std::array<std::array<std::string, kNumReduceOps>, kNumDataTypes>;
+
+WhyTable build_why() {
+  WhyTable why;
+  for (int d = 0; d < kNumDataTypes; ++d) {
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      const auto dt = static_cast<DataType>(d);
+      const auto op = static_cast<ReduceOp>(o);
+      const std::string names =
+          "'" + std::string(reduce_op_name(op)) + "' is not defined for " + std::string(dtype_name(dt));
+      if (is_floating(dt) && is_bitwise(op)) {
+        why[d][o] = "op: bitwise op " + names;
+      } else if (dt == DataType::kBool && (op == ReduceOp::kAvg || op == ReduceOp::kPremulSum)) {
+        why[d][o] = "op: " + names;
+      }
+    }
+  }
+  return why;
+}
+
+const WhyTable& why_table() {
+  static const WhyTable kWhy = build_why();
+  return kWhy;
+}
+
+[[noreturn]] void throw_bad_dtype(DataType dt) {
+  throw InvalidArgument("dtype: unknown value " + std::to_string(static_cast<int>(dt)));
+}
+
+void check_not_null(const char* name, const void* p, size_t count) {
+  if (p == nullptr) {
+    throw InvalidArgument(std::string(name) + ": null pointer with count " + std::to_string(count));
+  }
+}
+
+// Inputs must be exactly dst or disjoint from it: [p, p + bytes) vs [dst, dst + bytes).
+void check_overlap(const char* name, const void* p, const void* dst, size_t bytes) {
+  if (p == dst) return;
+  const auto x = reinterpret_cast<uintptr_t>(p);
+  const auto y = reinterpret_cast<uintptr_t>(dst);
+  if (x < y + bytes && y < x + bytes) {
+    throw InvalidArgument(std::string(name) +
+                          ": partially overlaps dst (buffers must be identical or disjoint)");
+  }
+}
+
+size_t checked_bytes(DataType dt, size_t count) {
+  const size_t size = dtype_size(dt);
+  if (count > SIZE_MAX / size) {
+    throw InvalidArgument("count: " + std::to_string(count) + " elements overflow size_t");
+  }
+  return count * size;
+}
+
+}  // namespace
+
+bool supported(DataType dt, ReduceOp op, const char** why) {
+  const char* reason = nullptr;
+  if (!valid_dtype(dt)) {
+    reason = "dtype: unknown value";
+  } else if (!valid_op(op)) {
+    reason = "op: unknown value";
+  } else {
+    const std::string& w = why_table()[static_cast<int>(dt)][static_cast<int>(op)];
+    if (!w.empty()) reason = w.c_str();
+  }
+  if (reason != nullptr && why != nullptr) *why = reason;
+  return reason == nullptr;
+}
+
+void reduce(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
+  const char* why = nullptr;
+  if (!supported(dt, op, &why)) {
+    if (!valid_dtype(dt)) throw_bad_dtype(dt);
+    if (!valid_op(op)) {
+      throw InvalidArgument("op: unknown value " + std::to_string(static_cast<int>(op)));
+    }
+    throw InvalidArgument(why);
+  }
+  if (count == 0) return;
+  const size_t bytes = checked_bytes(dt, count);
+  check_not_null("dst", dst, count);
+  check_not_null("a", a, count);
+  check_not_null("b", b, count);
+  check_overlap("a", a, dst, bytes);
+  check_overlap("b", b, dst, bytes);
+  detail::reduce_table().fn[static_cast<int>(dt)][static_cast<int>(op)](dst, a, b, count);
+}
+
+void scale(DataType dt, void* dst, const void* src, double factor, size_t count) {
+  if (!valid_dtype(dt)) throw_bad_dtype(dt);
+  if (dt == DataType::kBool) throw InvalidArgument("dtype: scale is not defined for bool");
+  if (count == 0) return;
+  const size_t bytes = checked_bytes(dt, count);
+  check_not_null("dst", dst, count);
+  check_not_null("src", src, count);
+  check_overlap("src", src, dst, bytes);
+  detail::scale_table().scale[static_cast<int>(dt)](dst, src, factor, count);
+}
+
+void divide(DataType dt, void* dst, const void* src, int divisor, size_t count) {
+  if (!valid_dtype(dt)) throw_bad_dtype(dt);
+  if (dt == DataType::kBool) throw InvalidArgument("dtype: divide is not defined for bool");
+  if (divisor < 1) {
+    throw InvalidArgument("divisor: must be >= 1, got " + std::to_string(divisor));
+  }
+  if (count == 0) return;
+  const size_t bytes = checked_bytes(dt, count);
+  check_not_null("dst", dst, count);
+  check_not_null("src", src, count);
+  check_overlap("src", src, dst, bytes);
+  detail::scale_table().divide[static_cast<int>(dt)](dst, src, divisor, count);
+}
+
+}  // namespace shoal::kernels

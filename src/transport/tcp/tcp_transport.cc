@@ -1,0 +1,669 @@
+// transport/tcp/tcp_transport.cc — see tcp_transport.h for the contract.
+#include "transport/tcp/tcp_transport.h"
+
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "shoal/error.h"
+#include "transport/tcp/tcp_conn.h"
+
+namespace shoal::transport::tcp {
+namespace {
+
+// Payload remainders at least this large are read straight into the
+// destination; smaller ones go through the staging buffer so that the next
+// headers come in the same system call.
+constexpr size_t kDirectReadBytes = 16 << 10;
+constexpr int kMaxEvents = 64;
+
+std::string errno_text(int e) { return std::string(strerror(e)); }
+
+bool tag_less(const Tag& a, const Tag& b) {
+  return a.seq != b.seq ? a.seq < b.seq : a.step < b.step;
+}
+
+std::string describe_tag(const Tag& t) {
+  std::ostringstream o;
+  if (t.space == Space::kP2P) {
+    o << "p2p tag " << t.seq;
+  } else {
+    o << "seq " << t.seq << " step " << t.step;
+  }
+  return o.str();
+}
+
+}  // namespace
+
+TcpTransport::TcpTransport(TcpOptions opts) : opts_(std::move(opts)) {
+  peers_.resize(opts_.size);
+  addr_cache_.resize(opts_.size);
+  epoll_fd_.reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd_) throw InternalError("epoll_create1: " + errno_text(errno));
+  wake_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_) throw InternalError("eventfd: " + errno_text(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &wake_fd_;
+  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
+  if (opts_.size > 1) {
+    listen_fd_ = net::listen_tcp(opts_.bind_host, 0);
+    net::set_nonblocking(listen_fd_.get(), true);
+    listen_port_ = net::bound_port(listen_fd_.get());
+    ev.events = EPOLLIN;
+    ev.data.ptr = &listen_fd_;
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev);
+  }
+}
+
+TcpTransport::~TcpTransport() = default;
+
+std::string TcpTransport::describe_peer(int peer) const {
+  std::ostringstream o;
+  o << "rank " << peer;
+  if (peer >= 0 && peer < opts_.size && !addr_cache_[peer].host.empty()) {
+    const auto& a = addr_cache_[peer];
+    o << " (" << a.hostname << " " << a.host << ":" << a.port << ")";
+  }
+  return o.str();
+}
+
+// ---- failure -------------------------------------------------------------
+
+std::exception_ptr TcpTransport::broken() const {
+  std::lock_guard<std::mutex> g(broken_mu_);
+  return broken_;
+}
+
+void TcpTransport::abort(std::exception_ptr cause) {
+  {
+    std::lock_guard<std::mutex> g(broken_mu_);
+    if (!broken_) broken_ = cause;
+  }
+  broken_flag_.store(true, std::memory_order_release);
+  wake();
+}
+
+void TcpTransport::fail(std::exception_ptr cause) {
+  std::exception_ptr first;
+  {
+    std::lock_guard<std::mutex> g(broken_mu_);
+    if (!broken_) broken_ = cause;
+    first = broken_;
+  }
+  broken_flag_.store(true, std::memory_order_release);
+  if (!closed_) {
+    closed_ = true;
+    if (opts_.on_break) {
+      try {
+        opts_.on_break(first);
+      } catch (...) {
+        // Publishing the cause is best effort; the local error stands.
+      }
+    }
+    close_all();
+  }
+  std::rethrow_exception(first);
+}
+
+void TcpTransport::check_broken() {
+  if (broken_flag_.load(std::memory_order_acquire)) fail(broken());
+}
+
+void TcpTransport::close_all() {
+  auto shut = [](Conn* c) {
+    if (c && c->fd) {
+      ::shutdown(c->fd.get(), SHUT_RDWR);
+      c->fd.reset();
+    }
+  };
+  for (auto& c : peers_) shut(c.get());
+  for (auto& c : unnamed_) shut(c.get());
+  unnamed_.clear();
+  listen_fd_.reset();
+}
+
+void TcpTransport::on_conn_error(Conn& c, const std::string& detail) {
+  if (c.peer < 0) {  // a stranger or a half-open accept: drop it quietly
+    c.dead = true;
+    c.fd.reset();
+    return;
+  }
+  bool pending = c.has_pending() || !any_recvs_.empty();
+  c.dead = true;
+  c.dead_detail = detail;
+  c.fd.reset();
+  if (pending) {
+    std::exception_ptr cause =
+        opts_.on_lost ? opts_.on_lost(c.peer, detail)
+                      : std::make_exception_ptr(PeerLost(
+                            "peer lost: " + describe_peer(c.peer) + ": " + detail, c.peer));
+    fail(cause);
+  }
+}
+
+// ---- connections ---------------------------------------------------------
+
+Conn& TcpTransport::conn_for(int peer) {
+  if (peer < 0 || peer >= opts_.size || peer == opts_.rank) {
+    throw InvalidArgument("peer: rank " + std::to_string(peer) + " is not another rank of a " +
+                          std::to_string(opts_.size) + "-rank communicator (this is rank " +
+                          std::to_string(opts_.rank) + ")");
+  }
+  auto& slot = peers_[peer];
+  if (!slot) {
+    slot = std::make_unique<Conn>();
+    slot->peer = peer;
+  }
+  Conn& c = *slot;
+  if (c.dead) {
+    fail(opts_.on_lost ? opts_.on_lost(peer, c.dead_detail)
+                       : std::make_exception_ptr(PeerLost(
+                             "peer lost: " + describe_peer(peer) + ": " + c.dead_detail, peer)));
+  }
+  if (!c.fd && peer > opts_.rank) connect_to(c);
+  return c;
+}
+
+void TcpTransport::connect_to(Conn& c) {
+  try {
+    if (addr_cache_[c.peer].host.empty()) addr_cache_[c.peer] = opts_.lookup(c.peer);
+    const PeerAddress& a = addr_cache_[c.peer];
+    auto deadline = Clock::now() + opts_.connect_timeout;
+    net::Fd fd = net::connect_tcp(a.host, a.port, deadline);
+    if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd.get(), opts_.socket_buffer);
+    Hello h;
+    h.job = opts_.job;
+    h.rank = static_cast<uint32_t>(opts_.rank);
+    h.size = static_cast<uint32_t>(opts_.size);
+    if (!net::write_full(fd.get(), &h, sizeof(h), deadline)) {
+      throw PeerLost("connection closed during the hello", c.peer);
+    }
+    net::set_nonblocking(fd.get(), true);
+    c.fd = std::move(fd);
+    c.readable = c.writable = true;
+    register_fd(&c);
+  } catch (const Error& e) {
+    fail(std::make_exception_ptr(
+        PeerLost("cannot connect to " + describe_peer(c.peer) + ": " + e.what(), c.peer)));
+  }
+}
+
+void TcpTransport::register_fd(Conn* c) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = c;
+  if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) {
+    throw InternalError("epoll_ctl(ADD): " + errno_text(errno));
+  }
+}
+
+void TcpTransport::accept_all() {
+  for (;;) {
+    net::Fd fd = net::accept_tcp(listen_fd_.get());
+    if (!fd) return;
+    net::set_nonblocking(fd.get(), true);
+    if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd.get(), opts_.socket_buffer);
+    auto c = std::make_unique<Conn>();
+    c->fd = std::move(fd);
+    register_fd(c.get());
+    unnamed_.push_back(std::move(c));
+  }
+}
+
+// Reads the Hello of an accepted socket; on success moves the socket into
+// the peer's slot. Returns true if the Conn was adopted (and so destroyed).
+bool TcpTransport::read_hello(Conn& c) {
+  auto reject = [&](const std::string& why) {
+    std::string who = c.fd ? net::peer_address(c.fd.get()) : "?";
+    std::fprintf(stderr, "shoal: rank %d: rejected a connection from %s: %s\n", opts_.rank,
+                 who.c_str(), why.c_str());
+    c.dead = true;
+    c.fd.reset();
+  };
+  while (c.staged() < sizeof(Hello)) {
+    ssize_t n = ::recv(c.fd.get(), c.stage.data() + c.hi, sizeof(Hello) - c.staged(), 0);
+    if (n > 0) {
+      c.hi += static_cast<size_t>(n);
+    } else if (n == 0) {
+      reject("closed before its hello");
+      return false;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      c.readable = false;
+      return false;
+    } else {
+      reject(errno_text(errno));
+      return false;
+    }
+  }
+  Hello h;
+  std::memcpy(&h, c.stage.data() + c.lo, sizeof(h));
+  c.lo += sizeof(h);
+  if (h.magic != kHelloMagic) return reject("not a shoal hello (bad magic)"), false;
+  if (h.version != kProtocolVersion) {
+    return reject("protocol version " + std::to_string(h.version) + ", expected " +
+                  std::to_string(kProtocolVersion)),
+           false;
+  }
+  if (h.job != opts_.job) return reject("it belongs to another job or communicator"), false;
+  if (h.size != static_cast<uint32_t>(opts_.size) || h.rank >= h.size ||
+      static_cast<int>(h.rank) >= opts_.rank) {
+    return reject("bad rank " + std::to_string(h.rank) + " of " + std::to_string(h.size)), false;
+  }
+  int peer = static_cast<int>(h.rank);
+  auto& slot = peers_[peer];
+  if (slot && (slot->fd || slot->dead)) {
+    return reject("rank " + std::to_string(peer) + " is already connected"), false;
+  }
+  // Adopt: the accepted socket carries on as the peer's connection.
+  auto it = std::find_if(unnamed_.begin(), unnamed_.end(), [&](auto& p) { return p.get() == &c; });
+  std::unique_ptr<Conn> owned = std::move(*it);
+  unnamed_.erase(it);
+  if (slot) {
+    slot->fd = std::move(owned->fd);
+    std::copy(owned->stage.begin() + owned->lo, owned->stage.begin() + owned->hi,
+              slot->stage.begin());
+    slot->lo = 0;
+    slot->hi = owned->staged();
+    slot->readable = owned->readable;
+    slot->writable = owned->writable;
+  } else {
+    owned->peer = peer;
+    slot = std::move(owned);
+  }
+  if (addr_cache_[peer].host.empty() && opts_.lookup) {
+    try {
+      addr_cache_[peer] = opts_.lookup(peer);
+    } catch (...) {
+    }
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = slot.get();
+  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, slot->fd.get(), &ev);
+  drive(*slot);
+  return true;
+}
+
+// ---- posting -------------------------------------------------------------
+
+void TcpTransport::post_send(Request* r) {
+  check_broken();
+  if (r->len > 0 && r->buf == nullptr) throw InvalidArgument("buffer: null with non-zero size");
+  Conn& c = conn_for(r->peer);
+  r->done = 0;
+  r->complete = false;
+  c.sendq.push_back(r);
+  if (c.fd && c.sendq.size() == 1) try_write(c);
+}
+
+void TcpTransport::post_recv(Request* r) {
+  check_broken();
+  if (r->len > 0 && r->buf == nullptr) throw InvalidArgument("buffer: null with non-zero size");
+  r->done = 0;
+  r->complete = false;
+  r->source = -1;
+  auto take_unexpected = [&](Conn& c) {
+    for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
+      if (it->hdr.tag() == r->tag) {
+        if (it->data.size() != r->len) {
+          fail(std::make_exception_ptr(Mismatch(
+              "message size mismatch with " + describe_peer(c.peer) + " on " +
+              describe_tag(r->tag) + ": expected " + std::to_string(r->len) +
+              " bytes, the peer sent " + std::to_string(it->data.size()))));
+        }
+        if (r->len) std::memcpy(r->buf, it->data.data(), r->len);
+        r->done = r->len;
+        r->source = c.peer;
+        r->complete = true;
+        c.unexpected.erase(it);
+        return true;
+      }
+    }
+    return false;
+  };
+  if (r->peer == kAnySource) {
+    if (r->tag.space != Space::kP2P) throw InvalidArgument("peer: any-source is for p2p receives");
+    for (auto& c : peers_) {
+      if (c && take_unexpected(*c)) return;
+    }
+    any_recvs_.push_back(r);
+    for (auto& c : peers_) {
+      if (c && c->fd && c->have_hdr && !c->rx_target) try_read(*c);
+    }
+    return;
+  }
+  Conn& c = conn_for(r->peer);
+  if (r->tag.space == Space::kP2P && take_unexpected(c)) return;
+  c.recvq.push_back(r);
+  if (c.fd) try_read(c);
+}
+
+// ---- progress ------------------------------------------------------------
+
+void TcpTransport::drive(Conn& c) {
+  if (c.peer < 0) {
+    if (c.fd) read_hello(c);
+    return;
+  }
+  if (!c.fd) return;
+  try_write(c);
+  if (c.fd) try_read(c);
+}
+
+void TcpTransport::try_write(Conn& c) {
+  while (!c.sendq.empty() && c.writable && c.fd) {
+    Request* head = c.sendq.front();
+    if (!c.tx_started) {
+      c.tx_hdr = make_header(*head);
+      c.tx_hdr_done = 0;
+      c.tx_started = true;
+    }
+    iovec iov[2];
+    int k = 0;
+    if (c.tx_hdr_done < sizeof(FrameHeader)) {
+      iov[k++] = {reinterpret_cast<char*>(&c.tx_hdr) + c.tx_hdr_done,
+                  sizeof(FrameHeader) - c.tx_hdr_done};
+    }
+    if (head->done < head->len) {
+      iov[k++] = {static_cast<char*>(head->buf) + head->done, head->len - head->done};
+    }
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(k);
+    ssize_t n = ::sendmsg(c.fd.get(), &m, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        c.writable = false;
+        return;
+      }
+      on_conn_error(c, "send failed: " + errno_text(errno));
+      return;
+    }
+    size_t left = static_cast<size_t>(n);
+    Request* r = c.sendq.front();
+    size_t h = std::min(left, sizeof(FrameHeader) - c.tx_hdr_done);
+    c.tx_hdr_done += h;
+    left -= h;
+    r->done += left;
+    if (c.tx_hdr_done == sizeof(FrameHeader) && r->done == r->len) {
+      r->complete = true;
+      c.sendq.pop_front();
+      c.tx_started = false;
+    }
+  }
+}
+
+bool TcpTransport::match(Conn& c) {
+  const FrameHeader& h = c.rx_hdr;
+  const Tag tag = h.tag();
+  Request* found = nullptr;
+  for (auto it = c.recvq.begin(); it != c.recvq.end(); ++it) {
+    if ((*it)->tag == tag) {
+      found = *it;
+      c.recvq.erase(it);
+      break;
+    }
+  }
+  if (!found && tag.space == Space::kP2P) {
+    for (auto it = any_recvs_.begin(); it != any_recvs_.end(); ++it) {
+      if ((*it)->tag == tag) {
+        found = *it;
+        any_recvs_.erase(it);
+        break;
+      }
+    }
+  }
+  if (found) {
+    auto describe = [&](const Fingerprint& fp) {
+      return opts_.describe_fp ? opts_.describe_fp(fp) : std::string("?");
+    };
+    if (found->check_fp && !(found->fp == h.fp)) {
+      fail(std::make_exception_ptr(Mismatch(
+          "collective mismatch with " + describe_peer(c.peer) + " at " + describe_tag(tag) +
+          ": this rank runs " + describe(found->fp) + ", rank " + std::to_string(c.peer) +
+          " runs " + describe(h.fp))));
+    }
+    if (found->len != h.length) {
+      fail(std::make_exception_ptr(Mismatch(
+          "message size mismatch with " + describe_peer(c.peer) + " at " + describe_tag(tag) +
+          ": this rank expects " + std::to_string(found->len) + " bytes, rank " +
+          std::to_string(c.peer) + " sent " + std::to_string(h.length) +
+          (opts_.describe_fp ? " (this rank: " + describe(found->fp) + "; rank " +
+                                   std::to_string(c.peer) + ": " + describe(h.fp) + ")"
+                             : std::string()))));
+    }
+    found->source = c.peer;
+    c.rx_target = found;
+    return true;
+  }
+  if (tag.space == Space::kP2P) {
+    // Buffer it so that later messages from this peer are not held up.
+    if (!c.recvq.empty() || !any_recvs_.empty()) {
+      if (h.length > (size_t{1} << 34)) {
+        on_conn_error(c, "a p2p message of " + std::to_string(h.length) + " bytes");
+        return false;
+      }
+      c.unexpected_cur = std::make_unique<Unexpected>();
+      c.unexpected_cur->hdr = h;
+      c.unexpected_cur->data.resize(h.length);
+      c.unexpected_req.buf = c.unexpected_cur->data.data();
+      c.unexpected_req.len = h.length;
+      c.unexpected_req.done = 0;
+      c.unexpected_req.complete = false;
+      c.rx_target = &c.unexpected_req;
+      return true;
+    }
+    return false;
+  }
+  // A collective message nobody has asked for yet. If this rank already waits
+  // for an earlier message from the same peer, the peer has moved past it:
+  // the ranks disagree on the sequence of collectives.
+  for (Request* r : c.recvq) {
+    if (r->tag.space != Space::kCollective) continue;
+    if (tag_less(r->tag, tag) || (r->tag.seq == tag.seq && r->check_fp && !(r->fp == h.fp))) {
+      std::string mine = opts_.describe_fp ? opts_.describe_fp(r->fp) : "?";
+      std::string theirs = opts_.describe_fp ? opts_.describe_fp(h.fp) : "?";
+      fail(std::make_exception_ptr(Mismatch(
+          "collective mismatch with " + describe_peer(c.peer) + ": this rank waits for " +
+          describe_tag(r->tag) + " of " + mine + ", rank " + std::to_string(c.peer) + " sent " +
+          describe_tag(tag) + " of " + theirs)));
+    }
+    break;
+  }
+  return false;
+}
+
+void TcpTransport::try_read(Conn& c) {
+  auto fill = [&]() -> bool {
+    if (!c.readable) return false;
+    if (c.lo == c.hi) {
+      c.lo = c.hi = 0;
+    } else if (c.lo > 0 && c.stage.size() - c.hi < sizeof(FrameHeader)) {
+      std::memmove(c.stage.data(), c.stage.data() + c.lo, c.staged());
+      c.hi -= c.lo;
+      c.lo = 0;
+    }
+    for (;;) {
+      ssize_t n = ::recv(c.fd.get(), c.stage.data() + c.hi, c.stage.size() - c.hi, 0);
+      if (n > 0) {
+        c.hi += static_cast<size_t>(n);
+        return true;
+      }
+      if (n == 0) {
+        on_conn_error(c, "connection closed by the peer");
+        return false;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        c.readable = false;
+        return false;
+      }
+      on_conn_error(c, "receive failed: " + errno_text(errno));
+      return false;
+    }
+  };
+
+  while (c.fd) {
+    if (!c.have_hdr) {
+      if (c.staged() < sizeof(FrameHeader)) {
+        if (!fill()) return;
+        continue;
+      }
+      std::memcpy(&c.rx_hdr, c.stage.data() + c.lo, sizeof(FrameHeader));
+      c.lo += sizeof(FrameHeader);
+      if (c.rx_hdr.magic != kFrameMagic || c.rx_hdr.kind != static_cast<uint8_t>(FrameKind::kData) ||
+          c.rx_hdr.space > 1) {
+        on_conn_error(c, "malformed frame header (bad magic or kind)");
+        return;
+      }
+      c.have_hdr = true;
+      c.rx_target = nullptr;
+    }
+    if (!c.rx_target && !match(c)) return;  // parked until a receive matches
+    Request* r = c.rx_target;
+    size_t left = r->len - r->done;
+    if (left > 0 && c.staged() > 0) {
+      size_t n = std::min(left, c.staged());
+      std::memcpy(static_cast<char*>(r->buf) + r->done, c.stage.data() + c.lo, n);
+      c.lo += n;
+      r->done += n;
+      left -= n;
+    }
+    if (left > 0) {
+      if (left >= kDirectReadBytes) {
+        if (!c.readable) return;
+        ssize_t n = ::recv(c.fd.get(), static_cast<char*>(r->buf) + r->done, left, 0);
+        if (n > 0) {
+          r->done += static_cast<size_t>(n);
+        } else if (n == 0) {
+          on_conn_error(c, "connection closed by the peer");
+          return;
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          c.readable = false;
+          return;
+        } else if (errno != EINTR) {
+          on_conn_error(c, "receive failed: " + errno_text(errno));
+          return;
+        }
+      } else if (!fill()) {
+        return;
+      }
+      continue;
+    }
+    // The payload is complete.
+    c.have_hdr = false;
+    c.rx_target = nullptr;
+    if (r == &c.unexpected_req) {
+      c.unexpected.push_back(std::move(*c.unexpected_cur));
+      c.unexpected_cur.reset();
+    } else {
+      r->complete = true;
+    }
+  }
+}
+
+void TcpTransport::handle_events(int timeout_ms) {
+  epoll_event evs[kMaxEvents];
+  int n = epoll_wait(epoll_fd_.get(), evs, kMaxEvents, timeout_ms);
+  if (n < 0) {
+    if (errno == EINTR) return;
+    throw InternalError("epoll_wait: " + errno_text(errno));
+  }
+  for (int i = 0; i < n; ++i) {
+    void* p = evs[i].data.ptr;
+    if (p == &wake_fd_) {
+      uint64_t v;
+      while (::read(wake_fd_.get(), &v, sizeof(v)) > 0) {
+      }
+      continue;
+    }
+    if (p == &listen_fd_) {
+      if (listen_fd_) accept_all();
+      continue;
+    }
+    Conn* c = static_cast<Conn*>(p);
+    if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) c->readable = true;
+    if (evs[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) c->writable = true;
+    drive(*c);
+  }
+  // Drop strangers that were rejected or closed.
+  unnamed_.erase(std::remove_if(unnamed_.begin(), unnamed_.end(), [](auto& c) { return c->dead; }),
+                 unnamed_.end());
+}
+
+std::string TcpTransport::pending_summary(Request* const* reqs, size_t n) const {
+  std::ostringstream o;
+  bool first = true;
+  for (size_t i = 0; i < n; ++i) {
+    const Request* r = reqs[i];
+    if (r->complete) continue;
+    if (!first) o << "; ";
+    first = false;
+    if (r->kind == Request::Kind::kSend) {
+      o << "send to " << describe_peer(r->peer);
+    } else {
+      o << "receive from " << (r->peer == kAnySource ? "any rank" : describe_peer(r->peer));
+    }
+    o << " (" << describe_tag(r->tag) << ", " << r->done << " of " << r->len << " bytes)";
+  }
+  return o.str();
+}
+
+void TcpTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
+  check_broken();
+  const auto spin_until = Clock::now() + std::chrono::microseconds(opts_.spin_us);
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (!reqs[i]->complete) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return;
+    auto now = Clock::now();
+    if (now >= deadline) {
+      fail(std::make_exception_ptr(TimeoutError("timed out waiting for " + pending_summary(reqs, n))));
+    }
+    int timeout_ms = 0;
+    if (now >= spin_until) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 1, 1000));
+    }
+    handle_events(timeout_ms);
+    check_broken();
+  }
+}
+
+bool TcpTransport::poll() {
+  check_broken();
+  handle_events(0);
+  check_broken();
+  return true;
+}
+
+void TcpTransport::poll_wait(Clock::time_point until) {
+  check_broken();
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+  handle_events(static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
+  check_broken();
+}
+
+void TcpTransport::wake() {
+  uint64_t one = 1;
+  ssize_t r = ::write(wake_fd_.get(), &one, sizeof(one));
+  (void)r;
+}
+
+}  // namespace shoal::transport::tcp

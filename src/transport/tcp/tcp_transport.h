@@ -1,0 +1,114 @@
+// transport/tcp/tcp_transport.h — the Transport over TCP sockets and epoll.
+//
+// One listening socket per communicator; connections are made lazily, the
+// first time a request names a peer: the lower rank of a pair connects, the
+// higher accepts. Sockets are non-blocking and edge-triggered; the executor
+// thread drives them in wait()/poll()/poll_wait(): it spins for `spin_us`
+// before blocking in epoll_wait (useful when ranks <= cores).
+//
+// Failure: an error on a connection with pending requests (EOF, reset, a bad
+// frame, a mismatch) or a timeout breaks the transport. The first cause is
+// kept, `on_break` is called with it (the core publishes it to the store so
+// that other ranks can name the culprit), then every socket is closed so that
+// peers blocked on this rank fail too instead of hanging.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/net.h"
+#include "transport/tcp/frame.h"
+#include "transport/transport.h"
+
+namespace shoal::transport::tcp {
+
+struct PeerAddress {
+  std::string host;      // numeric address to connect to
+  uint16_t port = 0;
+  std::string hostname;  // for messages
+};
+
+struct TcpOptions {
+  int rank = 0;
+  int size = 1;
+  uint64_t job = 0;                 // communicator unique id (checked in Hello)
+  std::string bind_host = "0.0.0.0";
+  int spin_us = 0;                  // busy-poll this long before blocking
+  int socket_buffer = 4 << 20;      // SO_SNDBUF/SO_RCVBUF, 0 = kernel default
+  std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};
+  // Where a peer listens (the core reads it from the store). May block.
+  std::function<PeerAddress(int peer)> lookup;
+  // Called once, on the driving thread, with the first cause of a break,
+  // before any socket is closed.
+  std::function<void(std::exception_ptr)> on_break;
+  // Turns "connection to `peer` lost" into the cause to report; the core
+  // returns the job-wide cause when another rank already published one.
+  std::function<std::exception_ptr(int peer, const std::string& detail)> on_lost;
+  // Renders a Fingerprint for mismatch messages ("allreduce(count=4, float32, sum)").
+  std::function<std::string(const Fingerprint&)> describe_fp;
+};
+
+struct Conn;
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(TcpOptions opts);
+  ~TcpTransport() override;
+
+  int rank() const override { return opts_.rank; }
+  int size() const override { return opts_.size; }
+  void post_send(Request* r) override;
+  void post_recv(Request* r) override;
+  void wait(Request* const* reqs, size_t n, Clock::time_point deadline) override;
+  bool poll() override;
+  void poll_wait(Clock::time_point until) override;
+  void wake() override;
+  void abort(std::exception_ptr cause) override;
+  std::exception_ptr broken() const override;
+  std::string describe_peer(int peer) const override;
+
+  // The port this rank listens on (publish it with the host address).
+  uint16_t listen_port() const { return listen_port_; }
+
+ private:
+  Conn& conn_for(int peer);
+  void connect_to(Conn& c);
+  void register_fd(Conn* c);
+  void drive(Conn& c);
+  void try_write(Conn& c);
+  void try_read(Conn& c);
+  bool read_hello(Conn& c);
+  void adopt(std::unique_ptr<Conn> accepted, int peer);
+  bool match(Conn& c);
+  void on_conn_error(Conn& c, const std::string& detail);
+  void accept_all();
+  void handle_events(int timeout_ms);
+  void check_broken();
+  [[noreturn]] void fail(std::exception_ptr cause);
+  void close_all();
+  std::string pending_summary(Request* const* reqs, size_t n) const;
+
+  TcpOptions opts_;
+  net::Fd listen_fd_;
+  uint16_t listen_port_ = 0;
+  net::Fd epoll_fd_;
+  net::Fd wake_fd_;  // eventfd
+  std::vector<std::unique_ptr<Conn>> peers_;      // by rank; created on first use
+  std::vector<std::unique_ptr<Conn>> unnamed_;    // accepted, Hello not yet read
+  std::deque<Request*> any_recvs_;                // P2P receives from kAnySource
+  std::vector<PeerAddress> addr_cache_;
+
+  std::atomic<bool> broken_flag_{false};
+  mutable std::mutex broken_mu_;
+  std::exception_ptr broken_;  // GUARDED_BY(broken_mu_)
+  bool closed_ = false;        // executor thread only
+};
+
+}  // namespace shoal::transport::tcp

@@ -1,0 +1,108 @@
+// transport/transport.h — the point-to-point interface every transport implements.
+//
+// A transport moves tagged byte ranges between the ranks of one communicator.
+// It knows nothing of collectives: algorithms (src/collectives) are written
+// only against post_send / post_recv / wait, and the core drives progress.
+//
+// Threading: a Transport is driven by one thread at a time (the communicator's
+// executor). abort() and broken() may be called from any thread.
+//
+// Matching: a message matches the first posted receive from the same peer (or
+// from kAnySource) with the same Tag. Messages between one pair of ranks are
+// non-overtaking: a receiver that has not posted the matching receive yet
+// leaves the message in the kernel's socket buffer (back-pressure) rather than
+// copying it; a receive is filled straight into its destination buffer.
+// Every message carries the sender's Fingerprint of the operation; a receive
+// whose fingerprint or length differs fails with Mismatch before any byte of
+// the payload is written.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+
+namespace shoal::transport {
+
+using Clock = std::chrono::steady_clock;
+inline constexpr int kAnySource = -1;
+
+enum class Space : uint8_t { kCollective = 0, kP2P = 1 };
+
+// Identifies one message within a communicator: the collective's sequence
+// number and the algorithm's step, or (kP2P) the user's tag in `seq`.
+struct Tag {
+  Space space = Space::kCollective;
+  uint64_t seq = 0;
+  uint32_t step = 0;
+  bool operator==(const Tag&) const = default;
+};
+
+// What the sender believes the operation is; compared by the receiver.
+struct Fingerprint {
+  uint8_t coll = 0;    // collective kind (core's Coll enum)
+  uint8_t dtype = 0;
+  uint8_t op = 0;      // reduce op, 0 where none
+  uint8_t flags = 0;
+  uint32_t root = 0;
+  uint64_t count = 0;  // the operation's element count as every rank sees it
+  bool operator==(const Fingerprint&) const = default;
+};
+
+// One pending send or receive. The caller owns it and must keep it (and its
+// buffer) alive and unmoved until it completes or the transport is aborted.
+struct Request {
+  enum class Kind : uint8_t { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  int peer = 0;          // kAnySource allowed for P2P receives
+  Tag tag;
+  Fingerprint fp;
+  void* buf = nullptr;   // const for sends
+  size_t len = 0;
+  // Filled by the transport.
+  size_t done = 0;       // bytes moved so far
+  int source = -1;       // the rank a receive was matched with
+  bool complete = false;
+  bool check_fp = true;  // receives: compare the sender's fingerprint
+
+  Request() = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Queue a request; it starts moving at once where possible. Throws the
+  // first cause if the transport is broken.
+  virtual void post_send(Request* r) = 0;
+  virtual void post_recv(Request* r) = 0;
+
+  // Drives progress until every request in reqs[0..n) is complete. Throws the
+  // transport's error (PeerLost, Mismatch, ...) or TimeoutError at `deadline`
+  // (and then the transport is broken: messages may be half sent).
+  virtual void wait(Request* const* reqs, size_t n, Clock::time_point deadline) = 0;
+
+  // One non-blocking pass of progress; returns true if anything moved.
+  virtual bool poll() = 0;
+
+  // Blocks until some socket event or wake() (or `until`), then makes progress.
+  virtual void poll_wait(Clock::time_point until) = 0;
+  // Wakes a thread blocked in poll_wait(); callable from any thread.
+  virtual void wake() = 0;
+
+  // Marks the transport broken with `cause`; every pending and later call
+  // fails with it. Idempotent: the first cause wins. Any thread.
+  virtual void abort(std::exception_ptr cause) = 0;
+  virtual std::exception_ptr broken() const = 0;
+
+  // A description of the peer for error messages: "rank 3 (host:port)".
+  virtual std::string describe_peer(int peer) const = 0;
+};
+
+}  // namespace shoal::transport

@@ -1,0 +1,182 @@
+// tests/cpp/harness.h — runs a function in N forked ranks over loopback.
+//
+// The parent hosts a TcpStore on an ephemeral port; each child creates a
+// Communicator against it, runs the body, and exits (with _exit, so the
+// parent's objects copied by fork are never destroyed in the child). Output
+// of every rank is captured; a child that runs past the job's timeout is
+// killed. Inside a child, use SHOAL_CHECK / SHOAL_CHECK_EQ: a failure prints
+// its location and the rank's context and makes the rank exit 1.
+#pragma once
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shoal/communicator.h"
+#include "shoal/store.h"
+
+namespace shoal::test {
+
+struct RankResult {
+  int rank = 0;
+  int exit_code = -1;  // -1 if killed by a signal
+  int signal = 0;
+  bool timed_out = false;
+  std::string output;  // stdout and stderr, interleaved
+};
+
+struct JobOptions {
+  Options comm;
+  std::chrono::seconds timeout{180};
+  std::map<std::string, std::string> env;  // set in every child before creating the communicator
+  bool create_comm = true;                  // false: the body gets a null communicator
+};
+
+inline int& check_failures() {
+  static int n = 0;
+  return n;
+}
+
+#define SHOAL_CHECK(cond)                                                                \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      std::fprintf(stderr, "CHECK FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);       \
+      ++::shoal::test::check_failures();                                                 \
+    }                                                                                    \
+  } while (0)
+
+#define SHOAL_CHECK_MSG(cond, msg)                                                       \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      std::ostringstream _o;                                                             \
+      _o << msg;                                                                         \
+      std::fprintf(stderr, "CHECK FAILED %s:%d: %s: %s\n", __FILE__, __LINE__, #cond,    \
+                   _o.str().c_str());                                                    \
+      ++::shoal::test::check_failures();                                                 \
+    }                                                                                    \
+  } while (0)
+
+using Body = std::function<void(std::shared_ptr<Communicator>& comm, int rank, int size,
+                                const std::shared_ptr<Store>& store)>;
+
+inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo = {}) {
+  TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.is_server = true;
+  so.timeout = std::chrono::seconds(120);
+  auto server = std::make_unique<TcpStore>(so);
+  const uint16_t port = server->port();
+  std::fflush(stdout);
+  std::fflush(stderr);
+
+  std::vector<pid_t> pids(n);
+  std::vector<int> fds(n);
+  for (int r = 0; r < n; ++r) {
+    int p[2];
+    if (pipe(p) != 0) throw std::runtime_error("pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+      ::close(p[0]);
+      dup2(p[1], 1);
+      dup2(p[1], 2);
+      ::close(p[1]);
+      setvbuf(stdout, nullptr, _IOLBF, 0);
+      for (auto& [k, v] : jo.env) setenv(k.c_str(), v.c_str(), 1);
+      int code = 0;
+      try {
+        TcpStoreOptions co;
+        co.host = "127.0.0.1";
+        co.port = port;
+        co.timeout = std::chrono::seconds(120);
+        std::shared_ptr<Store> store = std::make_shared<TcpStore>(co);
+        std::shared_ptr<Communicator> comm;
+        if (jo.create_comm) comm = Communicator::create(store, r, n, jo.comm);
+        body(comm, r, n, store);
+        comm.reset();
+        code = check_failures() ? 1 : 0;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: uncaught exception: %s\n", r, e.what());
+        code = 2;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    ::close(p[1]);
+    pids[r] = pid;
+    fds[r] = p[0];
+  }
+
+  std::vector<RankResult> res(n);
+  std::vector<bool> open(n, true), reaped(n, false);
+  auto deadline = std::chrono::steady_clock::now() + jo.timeout;
+  int left = n;
+  while (left > 0) {
+    std::vector<pollfd> pf;
+    std::vector<int> who;
+    for (int r = 0; r < n; ++r) {
+      if (open[r]) {
+        pf.push_back({fds[r], POLLIN, 0});
+        who.push_back(r);
+      }
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      for (int r = 0; r < n; ++r) {
+        if (!reaped[r]) {
+          res[r].timed_out = true;
+          kill(pids[r], SIGKILL);
+        }
+      }
+      deadline = now + std::chrono::seconds(10);
+    }
+    if (pf.empty()) break;
+    int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count());
+    ::poll(pf.data(), pf.size(), std::max(1, std::min(ms, 1000)));
+    for (size_t i = 0; i < pf.size(); ++i) {
+      if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      ssize_t k = ::read(pf[i].fd, buf, sizeof(buf));
+      if (k > 0) {
+        res[who[i]].output.append(buf, static_cast<size_t>(k));
+      } else {
+        open[who[i]] = false;
+        ::close(pf[i].fd);
+        --left;
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    res[r].rank = r;
+    if (WIFEXITED(st)) res[r].exit_code = WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) res[r].signal = WTERMSIG(st);
+  }
+  return res;
+}
+
+// A gtest-friendly summary: empty when every rank exited 0.
+inline std::string failures(const std::vector<RankResult>& rs) {
+  std::ostringstream o;
+  for (const auto& r : rs) {
+    if (r.exit_code == 0 && !r.timed_out) continue;
+    o << "rank " << r.rank << ": exit " << r.exit_code << " signal " << r.signal
+      << (r.timed_out ? " TIMED OUT" : "") << "\n"
+      << r.output.substr(0, 4000) << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace shoal::test

@@ -1,0 +1,254 @@
+// shoal-perf: buffers, issue and verification for each collective.
+#include "perf_ops.h"
+
+#include "kernels/element.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+
+namespace shoal::perf {
+namespace {
+
+struct Geometry {
+  size_t send = 0, recv = 0;  // elements of each buffer on this rank
+  size_t per = 0;             // elements per rank block (or the whole count)
+  double busfactor = 1;
+};
+
+std::vector<std::string> kOps = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
+                                 "alltoall", "gather", "scatter", "barrier", "sendrecv"};
+
+using kernels::get_element;
+using kernels::put_element;
+inline void put(DataType dt, void* p, size_t i, double v) { put_element(dt, p, i, v); }
+inline double get(DataType dt, const void* p, size_t i) { return get_element(dt, p, i); }
+
+// The value rank r contributes at element i: small integers, exact in every dtype.
+double val(DataType dt, ReduceOp op, int r, size_t i) {
+  if (dt == DataType::kBool) return static_cast<double>((static_cast<size_t>(r) + i) % 2);
+  if (op == ReduceOp::kProd) return ((i + static_cast<size_t>(r)) % 3 == 0) ? 2 : 1;
+  return static_cast<double>(r + 1 + static_cast<int>(i % 5));
+}
+
+double combine(DataType dt, ReduceOp op, double a, double b) {
+  if (dt == DataType::kBool) {
+    bool x = a != 0, y = b != 0;
+    switch (op) {
+      case ReduceOp::kProd: case ReduceOp::kMin: case ReduceOp::kBand: return x && y;
+      case ReduceOp::kBxor: return x != y;
+      default: return x || y;
+    }
+  }
+  auto i = [](double v) { return static_cast<int64_t>(v); };
+  switch (op) {
+    case ReduceOp::kProd: return a * b;
+    case ReduceOp::kMin: return std::min(a, b);
+    case ReduceOp::kMax: return std::max(a, b);
+    case ReduceOp::kBand: return static_cast<double>(i(a) & i(b));
+    case ReduceOp::kBor: return static_cast<double>(i(a) | i(b));
+    case ReduceOp::kBxor: return static_cast<double>(i(a) ^ i(b));
+    default: return a + b;
+  }
+}
+
+// The reduction over all ranks of element i, as the collective should compute it.
+double reduced(const Config& c, int n, size_t i, double scale) {
+  double acc = val(c.dtype, c.redop, 0, i) * (c.redop == ReduceOp::kPremulSum ? scale : 1);
+  for (int r = 1; r < n; ++r) {
+    double v = val(c.dtype, c.redop, r, i) * (c.redop == ReduceOp::kPremulSum ? scale : 1);
+    acc = combine(c.dtype, c.redop, acc, v);
+  }
+  if (c.redop == ReduceOp::kAvg) acc = is_floating(c.dtype) ? acc / n : std::trunc(acc / n);
+  return acc;
+}
+
+bool close_enough(DataType dt, double got, double want) {
+  if (!is_floating(dt)) return got == want;
+  double tol = (dt == DataType::kFloat16 || dt == DataType::kBFloat16) ? 1e-2 : 1e-6;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+Geometry geometry(const std::string& op, size_t bytes, size_t es, int n) {
+  Geometry g;
+  const double nn = n;
+  if (op == "allreduce" || op == "broadcast" || op == "reduce" || op == "sendrecv") {
+    g.per = bytes / es;
+    g.send = g.recv = g.per;
+    g.busfactor = op == "allreduce" ? 2 * (nn - 1) / nn : 1;
+  } else {
+    g.per = bytes / es / static_cast<size_t>(n);
+    size_t total = g.per * static_cast<size_t>(n);
+    g.busfactor = (nn - 1) / nn;
+    if (op == "allgather" || op == "gather") {
+      g.send = g.per;
+      g.recv = total;
+    } else if (op == "reduce_scatter" || op == "scatter") {
+      g.send = total;
+      g.recv = g.per;
+    } else {  // alltoall
+      g.send = g.recv = total;
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+std::vector<std::string> op_names() { return kOps; }
+
+int run(Communicator& comm, const Config& c) {
+  const int n = comm.size(), me = comm.rank();
+  const size_t es = dtype_size(c.dtype);
+  const double scale = 0.5;
+  OpOptions oo;
+  oo.algorithm = c.algo;
+  oo.scale = scale;
+
+  if (me == 0) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    if (!c.json) {
+      std::printf("# shoal-perf: %s, %d ranks, %s %s, iters %d, warmup %d, check %s, in place %s, algorithm %s\n",
+                  c.op.c_str(), n, std::string(dtype_name(c.dtype)).c_str(),
+                  std::string(reduce_op_name(c.redop)).c_str(), c.iters, c.warmup, c.check ? "on" : "off",
+                  c.inplace ? "yes" : "no", c.algo.empty() ? "auto" : c.algo.c_str());
+      std::printf("# host %s, %ld cores; time = median of per-iteration times, slowest rank\n", host,
+                  sysconf(_SC_NPROCESSORS_ONLN));
+      std::printf("#%14s %12s %9s %6s %12s %12s %12s %8s\n", "bytes", "count", "dtype", "redop", "time_us",
+                  "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    }
+    std::fflush(stdout);
+  }
+
+  std::vector<size_t> sizes;
+  if (c.op == "barrier") {
+    sizes.push_back(0);
+  } else {
+    for (size_t b = std::max<size_t>(c.min_bytes, 1); b <= c.max_bytes;) {
+      sizes.push_back(b);
+      size_t nb = b * static_cast<size_t>(c.factor);
+      if (nb <= b) break;
+      b = nb;
+    }
+  }
+
+  int exit_code = 0;
+  for (size_t bytes : sizes) {
+    Geometry g = geometry(c.op, bytes, es, n);
+    if (c.op != "barrier" && g.per == 0) continue;
+    std::vector<uint8_t> sendbuf(std::max<size_t>(g.send, 1) * es), recvbuf(std::max<size_t>(g.recv, 1) * es);
+    auto fill = [&] {
+      if (c.op == "broadcast") {
+        for (size_t i = 0; i < g.recv; ++i) put(c.dtype, recvbuf.data(), i, me == c.root ? val(c.dtype, c.redop, me, i) : 0);
+        return;
+      }
+      for (size_t i = 0; i < g.send; ++i) put(c.dtype, sendbuf.data(), i, val(c.dtype, c.redop, me, i));
+      std::fill(recvbuf.begin(), recvbuf.end(), 0);
+      if (c.inplace && (c.op == "allreduce" || c.op == "reduce")) {
+        std::memcpy(recvbuf.data(), sendbuf.data(), g.send * es);
+      }
+    };
+    const void* s = sendbuf.data();
+    void* r = recvbuf.data();
+    const int next = (me + 1) % n, prev = (me - 1 + n) % n;
+    std::function<void()> issue = [&] {
+      const void* in = (c.inplace && (c.op == "allreduce" || c.op == "reduce")) ? r : s;
+      if (c.op == "allreduce") comm.allreduce(in, r, g.per, c.dtype, c.redop, oo)->wait();
+      else if (c.op == "broadcast") comm.broadcast(r, g.per, c.dtype, c.root, oo)->wait();
+      else if (c.op == "reduce") comm.reduce(in, r, g.per, c.dtype, c.redop, c.root, oo)->wait();
+      else if (c.op == "allgather") comm.allgather(s, r, g.per, c.dtype, oo)->wait();
+      else if (c.op == "reduce_scatter") comm.reduce_scatter(s, r, g.per, c.dtype, c.redop, oo)->wait();
+      else if (c.op == "alltoall") comm.alltoall(s, r, g.per, c.dtype, oo)->wait();
+      else if (c.op == "gather") comm.gather(s, r, g.per, c.dtype, c.root, oo)->wait();
+      else if (c.op == "scatter") comm.scatter(s, r, g.per, c.dtype, c.root, oo)->wait();
+      else if (c.op == "barrier") comm.barrier(oo)->wait();
+      else if (c.op == "sendrecv") {
+        if (n == 1) return;
+        auto rw = comm.recv(r, g.per, c.dtype, prev, 0);
+        auto sw = comm.send(s, g.per, c.dtype, next, 0);
+        sw->wait();
+        rw->wait();
+      }
+    };
+
+    fill();
+    for (int i = 0; i < c.warmup; ++i) {
+      issue();
+      if (c.inplace) fill();
+    }
+    std::vector<double> times;
+    times.reserve(static_cast<size_t>(c.iters));
+    for (int i = 0; i < c.iters; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      issue();
+      auto t1 = std::chrono::steady_clock::now();
+      times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      if (c.inplace) fill();
+    }
+    std::sort(times.begin(), times.end());
+    double med = times[times.size() / 2];
+    if (times.size() % 2 == 0) med = 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+
+    // Verification on a fresh run.
+    int64_t wrong = 0;
+    if (c.check) {
+      fill();
+      issue();
+      if (c.op == "allreduce" || (c.op == "reduce" && me == c.root)) {
+        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get(c.dtype, r, i), reduced(c, n, i, scale));
+      } else if (c.op == "broadcast") {
+        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get(c.dtype, r, i), val(c.dtype, c.redop, c.root, i));
+      } else if (c.op == "allgather" || (c.op == "gather" && me == c.root)) {
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < g.per; ++i)
+            wrong += !close_enough(c.dtype, get(c.dtype, r, q * g.per + i), val(c.dtype, c.redop, q, i));
+      } else if (c.op == "reduce_scatter") {
+        for (size_t i = 0; i < g.per; ++i)
+          wrong += !close_enough(c.dtype, get(c.dtype, r, i), reduced(c, n, me * g.per + i, scale));
+      } else if (c.op == "alltoall") {
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < g.per; ++i)
+            wrong += !close_enough(c.dtype, get(c.dtype, r, q * g.per + i), val(c.dtype, c.redop, q, me * g.per + i));
+      } else if (c.op == "scatter") {
+        for (size_t i = 0; i < g.per; ++i)
+          wrong += !close_enough(c.dtype, get(c.dtype, r, i), val(c.dtype, c.redop, c.root, me * g.per + i));
+      } else if (c.op == "sendrecv" && n > 1) {
+        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get(c.dtype, r, i), val(c.dtype, c.redop, prev, i));
+      }
+    }
+    // Slowest rank's median, total wrong elements.
+    double stats[2] = {med, static_cast<double>(wrong)}, maxed[2] = {0, 0};
+    comm.allreduce(&stats[0], &maxed[0], 1, DataType::kFloat64, ReduceOp::kMax)->wait();
+    comm.allreduce(&stats[1], &maxed[1], 1, DataType::kFloat64, ReduceOp::kSum)->wait();
+    const double t = maxed[0];
+    const int64_t wrong_total = static_cast<int64_t>(maxed[1]);
+    if (wrong_total) exit_code = 1;
+    const size_t count = c.op == "barrier" ? 0 : (g.per * (g.send > g.per || g.recv > g.per ? static_cast<size_t>(n) : 1));
+    const size_t shown_bytes = count * es;
+    const double algbw = t > 0 ? static_cast<double>(shown_bytes) / (t * 1e3) : 0;
+    const double busbw = algbw * g.busfactor;
+    if (me == 0) {
+      if (c.json) {
+        std::printf("{\"impl\": \"shoal\", \"op\": \"%s\", \"np\": %d, \"bytes\": %zu, \"count\": %zu, \"dtype\": \"%s\", "
+                    "\"redop\": \"%s\", \"algo\": \"%s\", \"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %lld}\n",
+                    c.op.c_str(), n, shown_bytes, count, std::string(dtype_name(c.dtype)).c_str(),
+                    std::string(reduce_op_name(c.redop)).c_str(), c.algo.empty() ? "auto" : c.algo.c_str(), t,
+                    algbw, busbw, static_cast<long long>(wrong_total));
+      } else {
+        std::printf(" %14zu %12zu %9s %6s %12.2f %12.3f %12.3f %8s\n", shown_bytes, count,
+                    std::string(dtype_name(c.dtype)).c_str(), std::string(reduce_op_name(c.redop)).c_str(), t,
+                    algbw, busbw, c.check ? std::to_string(wrong_total).c_str() : "N/A");
+      }
+      std::fflush(stdout);
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace shoal::perf
