@@ -66,19 +66,22 @@ Buffer make_buffer(DataType dt, size_t bytes, double value) {
   return b;
 }
 
-void bm_reduce(benchmark::State& state, DataType dt, ReduceOp op, size_t bytes, std::string target) {
+void bm_reduce(benchmark::State& state, DataType dt, ReduceOp op, size_t bytes,
+               const std::string& target) {
   if (!target.empty() && !shoal::kernels::detail::force_target(target)) {
     state.SkipWithError("target not available");
     return;
   }
   const size_t n = bytes / shoal::dtype_size(dt);
-  Buffer a = make_buffer(dt, bytes, 1.5), b = make_buffer(dt, bytes, 2.25), d = make_buffer(dt, bytes, 0);
+  Buffer a = make_buffer(dt, bytes, 1.5);
+  Buffer b = make_buffer(dt, bytes, 2.25);
+  Buffer d = make_buffer(dt, bytes, 0);
   for (auto _ : state) {
     shoal::kernels::reduce(dt, op, d.get(), a.get(), b.get(), n);
     benchmark::DoNotOptimize(d.get());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 3 * static_cast<int64_t>(bytes));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 3 * bytes));
   state.SetLabel(shoal::kernels::detail::reduce_table().target);
   if (!target.empty()) shoal::kernels::detail::force_target("");
 }
@@ -90,11 +93,12 @@ void bm_memcpy(benchmark::State& state, size_t bytes) {
     benchmark::DoNotOptimize(d.get());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * static_cast<int64_t>(bytes));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * bytes));
 }
 
 std::string size_name(size_t bytes) {
-  return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + "MiB" : std::to_string(bytes >> 10) + "KiB";
+  if (bytes >= (size_t{1} << 20)) return std::to_string(bytes >> 20) + "MiB";
+  return std::to_string(bytes >> 10) + "KiB";
 }
 
 void register_all() {

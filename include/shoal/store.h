@@ -66,7 +66,8 @@ struct TcpStoreOptions {
 // InvalidArgument for a key over 4 KiB or a value over 64 MiB. A timeout of 0
 // or less times out at once. The constructor connects, retrying until
 // connect_timeout. The destructor stops the server (clients blocked on it get
-// StoreError) and never throws.
+// StoreError) and never throws. A forked child must make its own TcpStore; it
+// may destroy its copy of the parent's (the parent's server keeps running).
 class TcpStore : public Store {
  public:
   explicit TcpStore(const TcpStoreOptions& opts);

@@ -30,7 +30,8 @@ void alltoall_pairwise(Ctx& c, const Args& a) {
   if (n == 1) return;
 
   // In place: stash slot s-1 holds the original block rank-s, saved at step s.
-  char* stash = in_place ? static_cast<char*>(c.scratch(static_cast<size_t>(n / 2) * bb, 0)) : nullptr;
+  char* stash =
+      in_place ? static_cast<char*>(c.scratch(static_cast<size_t>(n / 2) * bb, 0)) : nullptr;
   for (int s = 1; s < n; ++s) {
     const int to = patterns::mod(r + s, n), from = patterns::mod(r - s, n);
     const char* sbuf;

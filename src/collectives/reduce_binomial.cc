@@ -41,10 +41,13 @@ void reduce_binomial(Ctx& c, const Args& a) {
     return;
   }
   const int parent = patterns::tree_parent(r, a.root, n);
-  std::vector<int> kids = patterns::tree_children(r, a.root, n);
-  // Reduce in increasing relative rank: the smallest subtree first, which
-  // is also the first to arrive.
-  std::vector<int> children(kids.rbegin(), kids.rend());
+  // Reduce the children in increasing relative rank, so that the operands
+  // combine in rank order (the subtrees are consecutive runs of ranks); the
+  // nearest child, a leaf, is also the first to arrive.
+  std::vector<int> children =
+      patterns::binomial_children(patterns::to_relative(r, a.root, n), n);
+  std::sort(children.begin(), children.end());
+  for (int& ch : children) ch = patterns::to_absolute(ch, a.root, n);
   const int nc = static_cast<int>(children.size());
 
   const size_t seg_elems = std::max<size_t>(1, c.tuning().segment_bytes / es);

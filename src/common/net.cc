@@ -417,12 +417,12 @@ std::string hostname() {
 std::string host_identity() {
   std::string id = hostname();
   std::string boot = read_trimmed("/proc/sys/kernel/random/boot_id");
-  if (!boot.empty()) id += "/" + boot;
+  if (!boot.empty()) id.append("/").append(boot);
   // Two network namespaces on one kernel cannot share loopback or abstract
   // sockets, so they count as different hosts.
   char ns[128] = {};
   ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
-  if (n > 0) id += "/" + std::string(ns, static_cast<size_t>(n));
+  if (n > 0) id.append("/").append(ns, static_cast<size_t>(n));
   return id;
 }
 

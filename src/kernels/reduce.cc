@@ -30,12 +30,13 @@ WhyTable build_why() {
     for (int o = 0; o < kNumReduceOps; ++o) {
       const auto dt = static_cast<DataType>(d);
       const auto op = static_cast<ReduceOp>(o);
-      const std::string names =
-          "'" + std::string(reduce_op_name(op)) + "' is not defined for " + std::string(dtype_name(dt));
+      // Appended piecewise: GCC 12 warns (-Wrestrict) on "literal" + std::string.
+      std::string names = "'";
+      names.append(reduce_op_name(op)).append("' is not defined for ").append(dtype_name(dt));
       if (is_floating(dt) && is_bitwise(op)) {
-        why[d][o] = "op: bitwise op " + names;
+        why[d][o] = std::string("op: bitwise op ").append(names);
       } else if (dt == DataType::kBool && (op == ReduceOp::kAvg || op == ReduceOp::kPremulSum)) {
-        why[d][o] = "op: " + names;
+        why[d][o] = std::string("op: ").append(names);
       }
     }
   }

@@ -101,25 +101,27 @@ HWY_NOINLINE void ReduceF16(void* dst, const void* a, const void* b, size_t n) {
 
 template <class Op>
 HWY_NOINLINE void ReduceBF16(void* dst, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<uint16_t*>(dst);
-  const auto* x = static_cast<const uint16_t*>(a);
-  const auto* y = static_cast<const uint16_t*>(b);
+  auto* out = static_cast<uint16_t*>(dst);
+  const auto* in_a = static_cast<const uint16_t*>(a);
+  const auto* in_b = static_cast<const uint16_t*>(b);
   if constexpr (HWY_TARGET == HWY_SCALAR) {
     const hn::ScalableTag<float> df;
-    BinaryLoop(hn::Lanes(df), o, x, y, n, [df](uint16_t* o, const uint16_t* x, const uint16_t* y) {
-      StoreBF16(df, Op::Apply(df, LoadBF16(df, x), LoadBF16(df, y)), o);
-    });
+    BinaryLoop(hn::Lanes(df), out, in_a, in_b, n,
+               [df](uint16_t* o, const uint16_t* x, const uint16_t* y) {
+                 StoreBF16(df, Op::Apply(df, LoadBF16(df, x), LoadBF16(df, y)), o);
+               });
   } else {
     const hn::ScalableTag<uint16_t> d16;
     const hn::Repartition<float, decltype(d16)> df;
     const hn::Repartition<uint32_t, decltype(d16)> du;
-    BinaryLoop(hn::Lanes(d16), o, x, y, n, [=](uint16_t* o, const uint16_t* x, const uint16_t* y) {
-      const auto wa = hn::BitCast(du, hn::LoadU(d16, x));
-      const auto wb = hn::BitCast(du, hn::LoadU(d16, y));
-      const auto even = Op::Apply(df, BF16Even(df, wa), BF16Even(df, wb));
-      const auto odd = Op::Apply(df, BF16Odd(df, wa), BF16Odd(df, wb));
-      hn::StoreU(hn::BitCast(d16, PackBF16(df, even, odd)), d16, o);
-    });
+    BinaryLoop(hn::Lanes(d16), out, in_a, in_b, n,
+               [=](uint16_t* o, const uint16_t* x, const uint16_t* y) {
+                 const auto wa = hn::BitCast(du, hn::LoadU(d16, x));
+                 const auto wb = hn::BitCast(du, hn::LoadU(d16, y));
+                 const auto even = Op::Apply(df, BF16Even(df, wa), BF16Even(df, wb));
+                 const auto odd = Op::Apply(df, BF16Odd(df, wa), BF16Odd(df, wb));
+                 hn::StoreU(hn::BitCast(d16, PackBF16(df, even, odd)), d16, o);
+               });
   }
 }
 

@@ -60,18 +60,18 @@ HWY_NOINLINE void UnaryF16(void* dst, const void* src, Arg arg, size_t n) {
 
 template <class Op, typename Arg>
 HWY_NOINLINE void UnaryBF16(void* dst, const void* src, Arg arg, size_t n) {
-  auto* o = static_cast<uint16_t*>(dst);
-  const auto* x = static_cast<const uint16_t*>(src);
+  auto* out = static_cast<uint16_t*>(dst);
+  const auto* in = static_cast<const uint16_t*>(src);
   if constexpr (HWY_TARGET == HWY_SCALAR) {
     const hn::ScalableTag<float> df;
-    UnaryLoop(hn::Lanes(df), o, x, n, [df, arg](uint16_t* o, const uint16_t* x) {
+    UnaryLoop(hn::Lanes(df), out, in, n, [df, arg](uint16_t* o, const uint16_t* x) {
       StoreBF16(df, Op::Apply(df, LoadBF16(df, x), arg), o);
     });
   } else {
     const hn::ScalableTag<uint16_t> d16;
     const hn::Repartition<float, decltype(d16)> df;
     const hn::Repartition<uint32_t, decltype(d16)> du;
-    UnaryLoop(hn::Lanes(d16), o, x, n, [=](uint16_t* o, const uint16_t* x) {
+    UnaryLoop(hn::Lanes(d16), out, in, n, [=](uint16_t* o, const uint16_t* x) {
       const auto w = hn::BitCast(du, hn::LoadU(d16, x));
       const auto even = Op::Apply(df, BF16Even(df, w), arg);
       const auto odd = Op::Apply(df, BF16Odd(df, w), arg);

@@ -6,6 +6,8 @@
 // then drops the parked request) and reconnects on the next call, so a late
 // reply can never be mistaken for the next request's. A lost connection is
 // final: that call and every later one throw StoreError with the first cause.
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -75,6 +77,14 @@ struct TcpStore::Impl {
   std::string addr;  // "host:port", for messages
   std::atomic<int64_t> timeout_ms{0};
   std::unique_ptr<detail::StoreServer> server;  // is_server only
+  pid_t owner_pid = ::getpid();
+
+  ~Impl() {
+    // In a forked child the server's thread does not exist and its state may be
+    // mid-update: leak the copy rather than join or destroy it. The parent's
+    // server is unaffected.
+    if (server && ::getpid() != owner_pid) (void)server.release();
+  }
 
   std::mutex mu;
   net::Fd sock;      // GUARDED_BY(mu); closed after a client-side timeout

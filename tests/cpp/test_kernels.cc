@@ -35,6 +35,8 @@ constexpr DataType kTypes[] = {DataType::kFloat16, DataType::kBFloat16, DataType
 constexpr ReduceOp kOps[] = {ReduceOp::kSum,  ReduceOp::kProd,      ReduceOp::kMin,
                              ReduceOp::kMax,  ReduceOp::kAvg,       ReduceOp::kPremulSum,
                              ReduceOp::kBand, ReduceOp::kBor,       ReduceOp::kBxor};
+constexpr DataType kFloatTypes[] = {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                    DataType::kFloat64};
 constexpr size_t kCounts[] = {0, 1, 2, 7, 15, 16, 17, 1023, 65537};
 constexpr size_t kMaxCount = 65537;
 
@@ -56,8 +58,8 @@ T ref_int(ReduceOp op, T x, T y) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-    case ReduceOp::kPremulSum: return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
-    case ReduceOp::kProd: return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
+    case ReduceOp::kPremulSum: return static_cast<T>(static_cast<U>(U(x) + U(y)));
+    case ReduceOp::kProd: return static_cast<T>(static_cast<U>(U(x) * U(y)));
     case ReduceOp::kMin: return std::min(x, y);
     case ReduceOp::kMax: return std::max(x, y);
     case ReduceOp::kBand: return x & y;
@@ -264,7 +266,8 @@ class Guarded {
   static constexpr size_t kGuard = 64;
   static constexpr uint8_t kCanary = 0xA5;
 
-  Guarded(size_t bytes, size_t offset_bytes) : bytes_(bytes), raw_(bytes + 3 * kGuard + 64, kCanary) {
+  Guarded(size_t bytes, size_t offset_bytes)
+      : bytes_(bytes), raw_(bytes + 3 * kGuard + 64, kCanary) {
     const size_t pad = (64 - reinterpret_cast<uintptr_t>(raw_.data()) % 64) % 64;
     start_ = kGuard + pad + offset_bytes;
   }
@@ -407,7 +410,7 @@ TEST_P(KernelTargetTest, HalfConversionsRoundTripEveryValue) {
 }
 
 TEST_P(KernelTargetTest, MinMaxPropagateNaN) {
-  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+  for (DataType dt : kFloatTypes) {
     const size_t size = dtype_size(dt);
     const size_t n = 37;
     // a: values 1..n with a NaN every 3rd; b: values n..1 with a NaN every 5th.
@@ -447,7 +450,9 @@ T ref_scale_int(T x, double f) {
 
 void ref_unary(DataType dt, bool is_scale, double factor, int divisor, void* dst, const void* src,
                size_t n) {
-  auto apply_f = [&](float x) { return is_scale ? x * static_cast<float>(factor) : x / static_cast<float>(divisor); };
+  auto apply_f = [&](float x) {
+    return is_scale ? x * static_cast<float>(factor) : x / static_cast<float>(divisor);
+  };
   for (size_t i = 0; i < n; ++i) {
     switch (dt) {
       case DataType::kFloat16:
@@ -536,12 +541,14 @@ TEST_P(KernelTargetTest, DivideIsExactAndTruncates) {
   EXPECT_EQ(vo[2], 0);
   EXPECT_EQ(vo[3], std::numeric_limits<int32_t>::min() / 2);
   EXPECT_EQ(vo[4], 3);
-  const int64_t w[] = {std::numeric_limits<int64_t>::min(), -9, std::numeric_limits<int64_t>::max()};
+  constexpr int64_t kLo = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kHi = std::numeric_limits<int64_t>::max();
+  const int64_t w[] = {kLo, -9, kHi};
   int64_t wo[3];
   divide(DataType::kInt64, wo, w, 4, 3);
-  EXPECT_EQ(wo[0], std::numeric_limits<int64_t>::min() / 4);
+  EXPECT_EQ(wo[0], kLo / 4);
   EXPECT_EQ(wo[1], -2);
-  EXPECT_EQ(wo[2], std::numeric_limits<int64_t>::max() / 4);
+  EXPECT_EQ(wo[2], kHi / 4);
   const uint16_t h[] = {float_to_half(3.0f), float_to_half(-12.0f)};
   uint16_t ho[2];
   divide(DataType::kFloat16, ho, h, 3, 2);
@@ -572,10 +579,12 @@ TEST_P(KernelTargetTest, ConcurrentCallsAreIndependent) {
   for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
 }
 
-std::string target_param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+std::string target_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
 
-INSTANTIATE_TEST_SUITE_P(Targets, KernelTargetTest, ::testing::ValuesIn(detail::available_targets()),
-                         target_param_name);
+INSTANTIATE_TEST_SUITE_P(Targets, KernelTargetTest,
+                         ::testing::ValuesIn(detail::available_targets()), target_param_name);
 
 // ------------------------------------------------------------ target independent
 
@@ -608,7 +617,7 @@ TEST(Kernels, BitwiseOnFloatThrowsWithAMessage) {
     EXPECT_STREQ(e.what(), "op: bitwise op 'band' is not defined for float32");
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }
-  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+  for (DataType dt : kFloatTypes) {
     for (ReduceOp op : {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
       EXPECT_THROW(reduce(dt, op, d, a, b, 1), InvalidArgument);
       EXPECT_THROW(reduce(dt, op, d, a, b, 0), InvalidArgument);  // even with nothing to do

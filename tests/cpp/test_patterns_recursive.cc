@@ -151,14 +151,15 @@ TEST(PatternsRecursive, DisseminationPartnersAreDistinct) {
   }
 }
 
-// What reduce_binomial relies on from tree.h: children listed in reverse are
-// in increasing relative rank, and the subtrees they root tile the parent's.
+// What reduce_binomial relies on from tree.h: the children, sorted by
+// relative rank, root subtrees that tile the parent's after itself.
 TEST(PatternsRecursive, BinomialChildrenTileTheSubtree) {
   for (int n = 1; n <= 33; ++n) {
     for (int v = 0; v < n; ++v) {
       std::vector<int> kids = p::binomial_children(v, n);
+      std::sort(kids.begin(), kids.end());
       int next = v + 1;
-      for (auto it = kids.rbegin(); it != kids.rend(); ++it) {
+      for (auto it = kids.begin(); it != kids.end(); ++it) {
         ASSERT_EQ(*it, next) << "n " << n << " v " << v;
         ASSERT_EQ(p::binomial_parent(*it), v);
         next += p::binomial_subtree_size(*it, n);

@@ -233,9 +233,10 @@ TEST(TcpStore, OneClientSharedByThreads) {
   std::vector<std::thread> ts;
   for (int i = 0; i < 8; ++i) {
     ts.emplace_back([&, i] {
+      const std::string key = std::string("t").append(std::to_string(i));
       for (int j = 0; j < 200; ++j) {
         shared->add("shared", 1);
-        shared->set_str("t" + std::to_string(i), std::to_string(j));
+        shared->set_str(key, std::to_string(j));
       }
     });
   }
@@ -294,6 +295,29 @@ TEST(TcpStore, ClientsInForkedProcesses) {
     EXPECT_TRUE(WIFEXITED(status)) << "child " << pid;
     EXPECT_EQ(WEXITSTATUS(status), 0) << "child " << pid;
   }
+}
+
+TEST(TcpStore, ForkedChildMayDropItsCopyOfTheServer) {
+  auto server = make_server();
+  const uint16_t port = server->port();
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int code = 1;
+    try {
+      server.reset();  // the child's copy: must neither hang nor stop the parent's server
+      make_client(port)->set_str("fork/child", "alive");
+      code = 0;
+    } catch (...) {
+      code = 2;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(server->get_str("fork/child"), "alive");
+  EXPECT_EQ(make_client(port)->add("fork/n", 1), 1);
 }
 
 TEST(PrefixStore, IsolatesNamespaces) {

@@ -18,7 +18,9 @@
 
 namespace shoal::coll::patterns {
 
-inline int to_relative(int rank, int root, int size) { return ((rank - root) % size + size) % size; }
+inline int to_relative(int rank, int root, int size) {
+  return ((rank - root) % size + size) % size;
+}
 inline int to_absolute(int rel, int root, int size) { return (rel + root) % size; }
 
 // Smallest power of two >= size (1 for size 1).

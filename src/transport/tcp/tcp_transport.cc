@@ -337,6 +337,8 @@ void TcpTransport::post_recv(Request* r) {
       if (c && take_unexpected(*c)) return;
     }
     any_recvs_.push_back(r);
+    // Lower ranks connect to us when they send; we connect to the higher ones.
+    for (int p = opts_.rank + 1; p < opts_.size; ++p) conn_for(p);
     for (auto& c : peers_) {
       if (c && c->fd && c->have_hdr && !c->rx_target) try_read(*c);
     }

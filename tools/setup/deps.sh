@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs what shoal needs on a fresh Debian 12 machine, idempotently:
+# system packages (apt) and, with --python, the virtual environment .venv with
+# the pinned PyTorch. Fails with a clear message when something can't be had.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev nlohmann-json3-dev
+  libssl-dev libopenmpi-dev openmpi-bin iproute2
+)
+TORCH_VERSION=2.13.0
+PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing system packages: ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup: ERROR: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $SUDO apt-get install -y -q "${missing[@]}" >/tmp/shoal-apt.log 2>&1; then
+    $SUDO apt-get update -q >>/tmp/shoal-apt.log 2>&1 || true
+    $SUDO apt-get install -y -q "${missing[@]}" >>/tmp/shoal-apt.log 2>&1 || {
+      echo "setup: ERROR: could not install ${missing[*]} with apt-get (log: /tmp/shoal-apt.log)" >&2
+      tail -n 20 /tmp/shoal-apt.log >&2
+      exit 1
+    }
+  fi
+fi
+
+if [[ "${1:-}" == "--python" ]]; then
+  PY=${PYTHON:-python3}
+  if [[ ! -x .venv/bin/python ]]; then
+    echo "setup: creating .venv"
+    $PY -m venv .venv || { echo "setup: ERROR: '$PY -m venv' failed (install python3-venv)" >&2; exit 1; }
+  fi
+  have=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+  need_install=0
+  [[ "$have" == "$TORCH_VERSION" ]] || need_install=1
+  for m in numpy matplotlib pytest sklearn; do
+    .venv/bin/python -c "import $m" 2>/dev/null || need_install=1
+  done
+  if ((need_install)); then
+    echo "setup: installing into .venv: ${PY_PACKAGES[*]}"
+    # torch is pinned and installed first, alone, so that nothing pulls a CUDA build.
+    .venv/bin/pip install -q "torch==${TORCH_VERSION}" || {
+      echo "setup: ERROR: pip could not install torch==${TORCH_VERSION}" >&2; exit 1; }
+    .venv/bin/pip install -q "${PY_PACKAGES[@]}" || {
+      echo "setup: ERROR: pip could not install ${PY_PACKAGES[*]}" >&2; exit 1; }
+  fi
+fi
