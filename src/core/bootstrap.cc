@@ -80,7 +80,11 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     opts.timeout = std::chrono::seconds(*t);
   }
   if (opts.timeout.count() <= 0) throw InvalidArgument("timeout: must be > 0");
-  std::string name = opts.name.empty() ? "c" + std::to_string(g_comm_counter.fetch_add(1)) : opts.name;
+  std::string name = opts.name;
+  if (name.empty()) {
+    name = "c";
+    name += std::to_string(g_comm_counter.fetch_add(1));
+  }
   auto scoped = std::make_shared<PrefixStore>("shoal/" + name, store);
   if (opts.advertise_host.empty()) opts.advertise_host = env::get("SHOAL_ADVERTISE_ADDR").value_or("");
   if (opts.advertise_host.empty()) {

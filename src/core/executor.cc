@@ -110,6 +110,16 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   t.lookup = [this](int peer) { return lookup(peer); };
   t.on_break = [this](std::exception_ptr e) { on_break(e); };
   t.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
+  t.check_abort = [this]() -> std::exception_ptr {
+    try {
+      if (store_->check({"abort"})) {
+        auto rec = core::AbortRecord::decode(store_->get_str("abort"));
+        if (rec && rec->detector != rank_) return rec->to_error();
+      }
+    } catch (...) {
+    }
+    return nullptr;
+  };
   t.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
 
   // The communicator's unique id: chosen by rank 0, so that connections from
@@ -135,11 +145,13 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
+  bool pending;
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
+    pending = busy_.load() || !queue_.empty();
   }
-  if (busy_.load()) {
+  if (pending) {
     transport_->abort(std::make_exception_ptr(
         Aborted("shoal rank " + std::to_string(rank_) + ": communicator destroyed")));
   }
@@ -238,16 +250,15 @@ void CommunicatorImpl::run() {
         // Nothing to progress: sleep until there is work.
         cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
       }
+      if (stop_) break;  // whatever is queued fails below
       if (!queue_.empty()) {
         op = std::move(queue_.front());
         queue_.pop_front();
-      } else if (stop_) {
-        break;
+        busy_.store(true);
       }
       broken = broken_;
     }
     if (op) {
-      busy_.store(true);
       execute(*op);
       busy_.store(!inflight_p2p_.empty());
       continue;

@@ -575,11 +575,11 @@ void TcpTransport::try_read(Conn& c) {
   }
 }
 
-void TcpTransport::handle_events(int timeout_ms) {
+int TcpTransport::handle_events(int timeout_ms) {
   epoll_event evs[kMaxEvents];
   int n = epoll_wait(epoll_fd_.get(), evs, kMaxEvents, timeout_ms);
   if (n < 0) {
-    if (errno == EINTR) return;
+    if (errno == EINTR) return 0;
     throw InternalError("epoll_wait: " + errno_text(errno));
   }
   for (int i = 0; i < n; ++i) {
@@ -602,6 +602,7 @@ void TcpTransport::handle_events(int timeout_ms) {
   // Drop strangers that were rejected or closed.
   unnamed_.erase(std::remove_if(unnamed_.begin(), unnamed_.end(), [](auto& c) { return c->dead; }),
                  unnamed_.end());
+  return n;
 }
 
 std::string TcpTransport::pending_summary(Request* const* reqs, size_t n) const {
@@ -625,6 +626,7 @@ std::string TcpTransport::pending_summary(Request* const* reqs, size_t n) const 
 void TcpTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
   check_broken();
   const auto spin_until = Clock::now() + std::chrono::microseconds(opts_.spin_us);
+  auto next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
   for (;;) {
     bool all = true;
     for (size_t i = 0; i < n; ++i) {
@@ -641,9 +643,14 @@ void TcpTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadli
     int timeout_ms = 0;
     if (now >= spin_until) {
       auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 1, 1000));
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 1, opts_.abort_poll_ms));
     }
-    handle_events(timeout_ms);
+    if (handle_events(timeout_ms) == 0 && timeout_ms > 0 && opts_.check_abort &&
+        Clock::now() >= next_abort_check) {
+      // Blocked with nothing moving: has another rank failed the job?
+      next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
+      if (auto cause = opts_.check_abort()) fail(cause);
+    }
     check_broken();
   }
 }

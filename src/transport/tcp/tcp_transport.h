@@ -51,6 +51,11 @@ struct TcpOptions {
   // Turns "connection to `peer` lost" into the cause to report; the core
   // returns the job-wide cause when another rank already published one.
   std::function<std::exception_ptr(int peer, const std::string& detail)> on_lost;
+  // Polled every `abort_poll_ms` while a wait is blocked: returns the
+  // job-wide cause when another rank has published one (this catches ranks
+  // this one has no connection to), else null.
+  std::function<std::exception_ptr()> check_abort;
+  int abort_poll_ms = 250;
   // Renders a Fingerprint for mismatch messages ("allreduce(count=4, float32, sum)").
   std::function<std::string(const Fingerprint&)> describe_fp;
 };
@@ -89,7 +94,7 @@ class TcpTransport final : public Transport {
   bool match(Conn& c);
   void on_conn_error(Conn& c, const std::string& detail);
   void accept_all();
-  void handle_events(int timeout_ms);
+  int handle_events(int timeout_ms);  // returns the number of events
   void check_broken();
   [[noreturn]] void fail(std::exception_ptr cause);
   void close_all();

@@ -1,0 +1,253 @@
+// test_faults.cc — failures are detected, named, and never hang:
+// a rank SIGKILLed in the middle of a 256 MiB allreduce, mismatched
+// collectives, timeouts, aborts, and the broken state that follows.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <regex>
+#include <thread>
+
+#include "common/net.h"
+#include "harness.h"
+
+namespace shoal {
+namespace {
+
+using test::JobOptions;
+using test::run_ranks;
+
+int64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+bool quick() { return std::getenv("SHOAL_TEST_QUICK") != nullptr; }
+
+// Runs `fn`, returning the shoal error it throws (or a null pointer).
+template <typename F>
+std::exception_ptr capture(F&& fn) {
+  try {
+    fn();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+std::string message(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
+}
+
+ErrorCode code(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& x) {
+    return x.code();
+  } catch (...) {
+  }
+  return ErrorCode::kInternal;
+}
+
+// ---- a rank dies mid-collective ---------------------------------------------
+
+void kill_mid_allreduce(int n, int victim, size_t bytes) {
+  const size_t count = bytes / sizeof(float);
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    std::vector<float> in(count, 1.0f), out(count);
+    c->barrier()->wait();  // every connection the ring needs is made below
+    if (me == victim) {
+      // Die while the first big allreduce is in flight: a thread of this rank
+      // SIGKILLs the whole process shortly after it started.
+      std::thread killer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));  // fault timing, not synchronisation
+        std::printf("KILLED_AT %lld\n", static_cast<long long>(mono_ns()));
+        std::fflush(stdout);
+        raise(SIGKILL);
+      });
+      for (;;) c->allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum)->wait();
+    }
+    // Survivors repeat the allreduce until the fault surfaces.
+    std::exception_ptr err;
+    for (int i = 0; i < 1000 && !err; ++i) {
+      err = capture([&] { c->allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum)->wait(); });
+    }
+    std::printf("ERROR_AT %lld\n", static_cast<long long>(mono_ns()));
+    SHOAL_CHECK_MSG(err != nullptr, "no error after the victim died");
+    if (!err) return;
+    std::printf("ERROR %s\n", message(err).c_str());
+    SHOAL_CHECK_MSG(code(err) == ErrorCode::kPeerLost, "wrong type: " << message(err));
+    SHOAL_CHECK_MSG(message(err).find("peer lost: rank " + std::to_string(victim)) != std::string::npos,
+                    "does not name rank " << victim << ": " << message(err));
+    // The communicator is broken: the next operation fails fast, same cause.
+    auto t0 = mono_ns();
+    auto again = capture([&] { c->barrier()->wait(); });
+    SHOAL_CHECK(again != nullptr && code(again) == ErrorCode::kPeerLost);
+    SHOAL_CHECK_MSG(mono_ns() - t0 < 100000000, "a later operation did not fail fast");
+  });
+  ASSERT_EQ(res[victim].signal, SIGKILL) << res[victim].output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(res[victim].output, m, std::regex("KILLED_AT (\\d+)")));
+  const int64_t killed = std::stoll(m[1]);
+  int64_t worst = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << ":\n" << res[r].output;
+    std::smatch e;
+    ASSERT_TRUE(std::regex_search(res[r].output, e, std::regex("ERROR_AT (\\d+)"))) << res[r].output;
+    int64_t dt = std::stoll(e[1]) - killed;
+    worst = std::max(worst, dt);
+    EXPECT_LT(dt, 2000000000) << "rank " << r << " took " << dt / 1e6 << " ms to fail:\n" << res[r].output;
+  }
+  std::printf("[ detection ] %d ranks, victim %d: worst %.1f ms after the kill\n", n, victim, worst / 1e6);
+}
+
+TEST(Faults, SigkillMidAllreduce4Ranks) { kill_mid_allreduce(4, 2, quick() ? (32u << 20) : (256u << 20)); }
+TEST(Faults, SigkillMidAllreduce3RanksRank0) { kill_mid_allreduce(3, 0, 64u << 20); }
+
+// ---- mismatched collectives -------------------------------------------------
+
+// Every rank must fail with Mismatch (never hang, never write out of bounds).
+void expect_mismatch_everywhere(int n, const std::function<WorkPtr(Communicator&, int, std::vector<uint8_t>&)>& issue) {
+  JobOptions jo;
+  jo.comm.timeout = std::chrono::seconds(20);
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    // A guard zone after the buffer catches out-of-bounds writes.
+    std::vector<uint8_t> buf(1 << 16, 0);
+    auto err = capture([&] { issue(*c, me, buf)->wait(); });
+    SHOAL_CHECK_MSG(err != nullptr, "rank " << me << " completed a mismatched collective");
+    if (err) {
+      std::printf("ERROR %s\n", message(err).c_str());
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kMismatch, "rank " << me << ": " << message(err));
+      SHOAL_CHECK_MSG(message(err).find("mismatch") != std::string::npos, message(err));
+    }
+    for (size_t i = 32 << 10; i < buf.size(); ++i) SHOAL_CHECK_MSG(buf[i] == 0, "write past the buffer at " << i);
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
+TEST(Faults, MismatchedCounts) {
+  // Rank 1 allreduces fewer elements than the others; the buffers hold 8 KiB.
+  expect_mismatch_everywhere(3, [](Communicator& c, int me, std::vector<uint8_t>& b) {
+    return c.allreduce(b.data(), b.data(), me == 1 ? 1000 : 2000, DataType::kFloat32, ReduceOp::kSum);
+  });
+}
+
+TEST(Faults, MismatchedDtypesSameBytes) {
+  expect_mismatch_everywhere(2, [](Communicator& c, int me, std::vector<uint8_t>& b) {
+    return c.allreduce(b.data(), b.data(), 64, me == 0 ? DataType::kFloat32 : DataType::kInt32, ReduceOp::kSum);
+  });
+}
+
+TEST(Faults, MismatchedCollectiveKinds) {
+  expect_mismatch_everywhere(2, [](Communicator& c, int me, std::vector<uint8_t>& b) {
+    if (me == 0) return c.allreduce(b.data(), b.data(), 64, DataType::kFloat32, ReduceOp::kSum);
+    return c.broadcast(b.data(), 64, DataType::kFloat32, 0);
+  });
+}
+
+TEST(Faults, MismatchedAllgatherCountsNoOverflow) {
+  // Rank 0 believes each block has 4096 elements, rank 1 sends 8192.
+  expect_mismatch_everywhere(2, [](Communicator& c, int me, std::vector<uint8_t>& b) {
+    return c.allgather(b.data(), b.data(), me == 0 ? 2048 : 4096, DataType::kUInt8);
+  });
+}
+
+// ---- timeouts, abort, destruction -------------------------------------------
+
+TEST(Faults, TimeoutNamesTheMissingRank) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    if (me == 1) {
+      store->get("rank0_done");  // never joins the allreduce
+      return;
+    }
+    float x = 1;
+    OpOptions o;
+    o.timeout = std::chrono::milliseconds(300);
+    auto t0 = mono_ns();
+    auto err = capture([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, o)->wait(); });
+    double ms = (mono_ns() - t0) / 1e6;
+    SHOAL_CHECK(err != nullptr);
+    if (err) {
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
+      SHOAL_CHECK_MSG(message(err).find("rank 1") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(ms >= 290 && ms < 5000, "took " << ms << " ms");
+    }
+    store->set_str("rank0_done", "1");
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+TEST(Faults, AbortFailsPendingAndLaterOperations) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    if (me == 1) {
+      store->get("aborted");
+      return;
+    }
+    float x = 1;
+    auto w = c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+    SHOAL_CHECK(!w->wait_for(std::chrono::milliseconds(50)));  // rank 1 is not there
+    c->abort("test says stop");
+    auto err = capture([&] { w->wait(); });
+    SHOAL_CHECK(err && code(err) == ErrorCode::kAborted);
+    SHOAL_CHECK(err && message(err).find("test says stop") != std::string::npos);
+    auto later = capture([&] { c->barrier()->wait(); });
+    SHOAL_CHECK(later && code(later) == ErrorCode::kAborted);
+    store->set_str("aborted", "1");
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+TEST(Faults, DestroyWithPendingOperationReturns) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    if (me == 1) {
+      store->get("destroyed");
+      return;
+    }
+    float x = 1;
+    auto w = c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+    c.reset();  // must not hang waiting for rank 1
+    auto err = capture([&] { w->wait(); });
+    SHOAL_CHECK(err && code(err) == ErrorCode::kAborted);
+    store->set_str("destroyed", "1");
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+TEST(Faults, StrangerConnectionIsRefusedAndJobGoesOn) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    float x = static_cast<float>(me + 1);
+    c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
+    if (me == 0) {
+      // Connect to rank 1's data port and send garbage.
+      std::string addr = store->get_str("shoal/c0/addr/1");
+      std::string host = addr.substr(0, addr.find(' '));
+      int port = std::atoi(addr.substr(addr.find(' ') + 1).c_str());
+      auto fd = net::connect_tcp(host, static_cast<uint16_t>(port),
+                                 std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      const char junk[] = "GET / HTTP/1.0\r\n\r\nnot a shoal peer at all.....";
+      net::write_full(fd.get(), junk, sizeof(junk), std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      store->set_str("junk_sent", "1");
+    } else {
+      store->get("junk_sent");
+    }
+    for (int i = 0; i < 10; ++i) {
+      float y = static_cast<float>(me + 1);
+      c->allreduce(&y, &y, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
+      SHOAL_CHECK(y == 3.0f);
+    }
+  });
+  EXPECT_EQ(test::failures(res), "");
+  EXPECT_NE(res[1].output.find("rejected a connection"), std::string::npos) << res[1].output;
+}
+
+}  // namespace
+}  // namespace shoal
