@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -82,8 +83,9 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   if (opts.timeout.count() <= 0) throw InvalidArgument("timeout: must be > 0");
   std::string name = opts.name;
   if (name.empty()) {
-    name = "c";
-    name += std::to_string(g_comm_counter.fetch_add(1));
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "c%llu", static_cast<unsigned long long>(g_comm_counter.fetch_add(1)));
+    name = buf;
   }
   auto scoped = std::make_shared<PrefixStore>("shoal/" + name, store);
   if (opts.advertise_host.empty()) opts.advertise_host = env::get("SHOAL_ADVERTISE_ADDR").value_or("");
