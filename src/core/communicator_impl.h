@@ -1,8 +1,9 @@
 // core/communicator_impl.h — the state behind a Communicator (internal).
 //
 // Threads: the caller threads validate and enqueue operations (under mu_);
-// the executor thread runs them one at a time in queue order, and is the only
-// thread that touches the transport (except abort()/wake()).
+// whoever holds driver_->mu (the executor thread, or a caller waiting for its
+// own operation while the executor is idle) runs them one at a time in queue
+// order; only that thread touches the transport (except abort()/wake()).
 #pragma once
 
 #include <atomic>
@@ -36,6 +37,19 @@ struct Op {
   std::unique_ptr<transport::Request> req;
 };
 
+class CommunicatorImpl;
+
+// The right to drive the transport. Held by the executor thread while it
+// runs operations, or by a caller thread that runs queued operations itself
+// from Work::wait(). Outlives the communicator (works keep it), so `impl` is
+// cleared under `mu` when the communicator goes away.
+struct Driver {
+  std::mutex mu;
+  CommunicatorImpl* impl = nullptr;  // GUARDED_BY(mu)
+  // Called from Work::wait(): runs what is queued if nobody drives now.
+  bool help();
+};
+
 class CommunicatorImpl {
  public:
   CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts);
@@ -55,7 +69,11 @@ class CommunicatorImpl {
   coll::Overrides overrides_;
 
  private:
+  friend struct Driver;
   void run();
+  // Runs every queued operation (caller holds driver_->mu). Returns true if
+  // it ran or completed anything.
+  bool drain();
   void execute(Op& op);
   void run_collective(Op& op);
   void post_p2p(Op& op);
@@ -67,9 +85,11 @@ class CommunicatorImpl {
 
   std::shared_ptr<Store> store_;  // prefixed with this communicator's name
   coll::Tuning tuning_;
-  coll::Scratch scratch_;                                   // executor only
+  coll::Scratch scratch_;                                   // GUARDED_BY(driver_->mu)
   std::unique_ptr<transport::tcp::TcpTransport> transport_;
-  std::vector<std::unique_ptr<Op>> inflight_p2p_;          // executor only
+  std::vector<std::unique_ptr<Op>> inflight_p2p_;          // GUARDED_BY(driver_->mu)
+  std::shared_ptr<Driver> driver_ = std::make_shared<Driver>();
+  std::atomic<bool> has_inflight_{false};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

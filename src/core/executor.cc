@@ -141,7 +141,14 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     store_->set_str("addr/" + std::to_string(rank_),
                     host + " " + std::to_string(transport_->listen_port()) + " " + net::hostname());
   }
+  driver_->impl = this;
   executor_ = std::thread([this] { run(); });
+}
+
+bool Driver::help() {
+  std::unique_lock<std::mutex> d(mu, std::try_to_lock);
+  if (!d.owns_lock() || !impl) return false;
+  return impl->drain();
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
@@ -149,7 +156,7 @@ CommunicatorImpl::~CommunicatorImpl() {
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
-    pending = busy_.load() || !queue_.empty();
+    pending = busy_.load() || !queue_.empty() || has_inflight_.load();
   }
   if (pending) {
     transport_->abort(std::make_exception_ptr(
@@ -158,6 +165,8 @@ CommunicatorImpl::~CommunicatorImpl() {
   cv_.notify_all();
   transport_->wake();
   if (executor_.joinable()) executor_.join();
+  std::lock_guard<std::mutex> d(driver_->mu);  // waits for a caller still driving
+  driver_->impl = nullptr;
 }
 
 transport::tcp::PeerAddress CommunicatorImpl::lookup(int peer) {
@@ -226,6 +235,7 @@ WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
     if (stop_) throw Aborted(prefix(*op) + "the communicator is being destroyed");
     if (op->coll != Coll::kSend && op->coll != Coll::kRecv) op->seq = next_seq_++;
     op->work = std::make_shared<Work>(op->seq);
+    op->work->set_helper([d = driver_] { return d->help(); });
     w = op->work;
     queue_.push_back(std::move(op));
   }
@@ -239,30 +249,67 @@ void CommunicatorImpl::fail_all(std::exception_ptr cause) {
   inflight_p2p_.clear();
 }
 
-void CommunicatorImpl::run() {
+bool CommunicatorImpl::drain() {
+  bool progressed = false;
   for (;;) {
     std::unique_ptr<Op> op;
-    std::exception_ptr broken;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (stop_ || queue_.empty()) break;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      busy_.store(true);
+    }
+    execute(*op);
+    progressed = true;
+    busy_.store(false);
+  }
+  if (!inflight_p2p_.empty()) {
+    size_t before = inflight_p2p_.size();
+    try {
+      transport_->poll();
+      reap_p2p();
+    } catch (...) {
+      auto e = std::current_exception();
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!broken_) broken_ = e;
+      }
+      fail_all(e);
+    }
+    progressed = progressed || inflight_p2p_.size() != before;
+  }
+  if (!inflight_p2p_.empty() && !has_inflight_.load()) {
+    // Hand the in-flight sends and receives to the executor thread.
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      has_inflight_.store(true);
+    }
+    cv_.notify_one();
+  } else if (inflight_p2p_.empty()) {
+    has_inflight_.store(false);
+  }
+  return progressed;
+}
+
+void CommunicatorImpl::run() {
+  for (;;) {
     {
       std::unique_lock<std::mutex> g(mu_);
-      broken = broken_;
-      if (broken || inflight_p2p_.empty()) {
-        // Nothing to progress: sleep until there is work.
-        cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
-      }
+      // Sleep until there is work: queued operations, or sends and receives
+      // in flight that need progress (unless the communicator is broken).
+      cv_.wait(g, [&] { return stop_ || !queue_.empty() || (has_inflight_.load() && !broken_); });
       if (stop_) break;  // whatever is queued fails below
-      if (!queue_.empty()) {
-        op = std::move(queue_.front());
-        queue_.pop_front();
-        busy_.store(true);
-      }
-      broken = broken_;
     }
-    if (op) {
-      execute(*op);
-      busy_.store(!inflight_p2p_.empty());
-      continue;
+    std::lock_guard<std::mutex> d(driver_->mu);
+    drain();
+    if (inflight_p2p_.empty()) continue;
+    bool idle;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      idle = queue_.empty() && !stop_;
     }
+    if (!idle) continue;
     // Idle with receives or sends in flight: progress them.
     try {
       transport_->poll_wait(Clock::now() + std::chrono::milliseconds(200));
@@ -275,7 +322,7 @@ void CommunicatorImpl::run() {
       }
       fail_all(e);
     }
-    busy_.store(!inflight_p2p_.empty());
+    has_inflight_.store(!inflight_p2p_.empty());
   }
   // Stopping: whatever is left fails.
   auto cause = std::make_exception_ptr(Aborted("communicator destroyed"));
@@ -285,7 +332,9 @@ void CommunicatorImpl::run() {
     rest.swap(queue_);
   }
   for (auto& op : rest) op->work->finish(core::with_context(cause, prefix(*op)));
+  std::lock_guard<std::mutex> d(driver_->mu);
   fail_all(cause);
+  has_inflight_.store(false);
 }
 
 void CommunicatorImpl::reap_p2p() {

@@ -5,7 +5,15 @@ namespace shoal {
 
 void Work::wait() {
   std::unique_lock<std::mutex> g(mu_);
-  cv_.wait(g, [&] { return done_; });
+  while (!done_) {
+    if (help_) {
+      g.unlock();
+      bool progressed = help_();
+      g.lock();
+      if (progressed) continue;
+    }
+    cv_.wait(g, [&] { return done_; });
+  }
   if (error_) std::rethrow_exception(error_);
 }
 

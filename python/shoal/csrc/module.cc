@@ -1,0 +1,37 @@
+// module.cc — the Python module shoal._C: the backend class PyTorch's
+// process groups hold, and its constructor. Registration with
+// torch.distributed is done in Python (python/shoal/torch.py).
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include "backend.h"
+
+namespace py = pybind11;
+using shoal::torch_adapter::BackendConfig;
+using shoal::torch_adapter::ShoalBackend;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "shoal's torch.distributed backend (C++ adapter over shoal::Communicator)";
+  // The base class is registered by torch's own module.
+  py::module_::import("torch.distributed");
+
+  py::class_<ShoalBackend, c10d::Backend, c10::intrusive_ptr<ShoalBackend>>(m, "ShoalBackend")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
+                       const std::string& name, const std::string& group_name, const std::string& advertise_host,
+                       std::vector<int64_t> global_ranks, int store_host_rank) {
+             BackendConfig cfg;
+             cfg.name = name;
+             cfg.group_name = group_name;
+             cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+             cfg.advertise_host = advertise_host;
+             cfg.global_ranks = std::move(global_ranks);
+             cfg.store_host_rank = store_host_rank;
+             return c10::make_intrusive<ShoalBackend>(store, rank, size, std::move(cfg));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s") = 1800.0,
+           py::arg("name") = "shoal", py::arg("group_name") = "", py::arg("advertise_host") = "",
+           py::arg("global_ranks") = std::vector<int64_t>{}, py::arg("store_host_rank") = -1,
+           py::call_guard<py::gil_scoped_release>())
+      .def("comm_error", &ShoalBackend::comm_error, py::call_guard<py::gil_scoped_release>(),
+           "The first error that broke this group's communicator ('' if none).");
+}
