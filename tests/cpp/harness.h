@@ -1,6 +1,6 @@
 // tests/cpp/harness.h — runs a function in N forked ranks over loopback.
 //
-// The parent hosts a TcpStore on an ephemeral port; each child creates a
+// A helper process hosts a TcpStore on an ephemeral port; each child creates a
 // Communicator against it, runs the body, and exits (with _exit, so the
 // parent's objects copied by fork are never destroyed in the child). Output
 // of every rank is captured; a child that runs past the job's timeout is
@@ -69,14 +69,44 @@ inline int& check_failures() {
 using Body = std::function<void(std::shared_ptr<Communicator>& comm, int rank, int size,
                                 const std::shared_ptr<Store>& store)>;
 
+// Hosts the job's store in a process of its own, so that this (the test)
+// process stays single-threaded: forking while another thread holds an
+// allocator lock deadlocks the child under AddressSanitizer. Returns the
+// server's pid and port; the server exits when `keepalive` closes.
+inline std::pair<pid_t, uint16_t> start_store_process(int* keepalive) {
+  int portpipe[2], alive[2];
+  if (pipe(portpipe) != 0 || pipe(alive) != 0) throw std::runtime_error("pipe");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    ::close(portpipe[0]);
+    ::close(alive[1]);
+    TcpStoreOptions so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    so.is_server = true;
+    so.timeout = std::chrono::seconds(120);
+    TcpStore server(so);
+    uint16_t port = server.port();
+    if (::write(portpipe[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    char c;
+    while (::read(alive[0], &c, 1) > 0) {
+    }
+    _exit(0);  // the parent is done (or gone)
+  }
+  ::close(portpipe[1]);
+  ::close(alive[0]);
+  uint16_t port = 0;
+  if (::read(portpipe[0], &port, sizeof(port)) != sizeof(port)) throw std::runtime_error("store process failed");
+  ::close(portpipe[0]);
+  *keepalive = alive[1];
+  return {pid, port};
+}
+
 inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo = {}) {
-  TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  so.is_server = true;
-  so.timeout = std::chrono::seconds(120);
-  auto server = std::make_unique<TcpStore>(so);
-  const uint16_t port = server->port();
+  int keepalive = -1;
+  auto [store_pid, port] = start_store_process(&keepalive);
   std::fflush(stdout);
   std::fflush(stderr);
 
@@ -88,6 +118,7 @@ inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo 
     pid_t pid = fork();
     if (pid == 0) {
       ::close(p[0]);
+      ::close(keepalive);
       dup2(p[1], 1);
       dup2(p[1], 2);
       ::close(p[1]);
@@ -157,6 +188,8 @@ inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo 
       }
     }
   }
+  ::close(keepalive);
+  waitpid(store_pid, nullptr, 0);
   for (int r = 0; r < n; ++r) {
     int st = 0;
     waitpid(pids[r], &st, 0);

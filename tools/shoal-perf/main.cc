@@ -53,15 +53,17 @@ int spawn(int np, const std::vector<std::string>& argv_tail) {
   shoal::TcpStore store(so);
   std::vector<pid_t> pids;
   for (int r = 0; r < np; ++r) {
+    // Everything the child needs is built before fork: the store's thread
+    // runs in this process, so the child must not allocate before exec.
+    std::vector<std::string> args = {"/proc/self/exe"};
+    args.insert(args.end(), argv_tail.begin(), argv_tail.end());
+    args.insert(args.end(), {"--rank", std::to_string(r), "--world", std::to_string(np),
+                             "--store-port", std::to_string(store.port())});
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
     pid_t pid = fork();
     if (pid == 0) {
-      std::vector<std::string> args = {"/proc/self/exe"};
-      args.insert(args.end(), argv_tail.begin(), argv_tail.end());
-      args.insert(args.end(), {"--rank", std::to_string(r), "--world", std::to_string(np),
-                               "--store-port", std::to_string(store.port())});
-      std::vector<char*> cargs;
-      for (auto& a : args) cargs.push_back(a.data());
-      cargs.push_back(nullptr);
       execv("/proc/self/exe", cargs.data());
       std::perror("shoal-perf: exec");
       _exit(127);

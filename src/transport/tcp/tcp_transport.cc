@@ -619,6 +619,15 @@ std::string TcpTransport::pending_summary(Request* const* reqs, size_t n) const 
       o << "receive from " << (r->peer == kAnySource ? "any rank" : describe_peer(r->peer));
     }
     o << " (" << describe_tag(r->tag) << ", " << r->done << " of " << r->len << " bytes)";
+    // The connection's state: what it holds back and why.
+    if (r->peer >= 0 && r->peer < opts_.size && peers_[r->peer]) {
+      const Conn& c = *peers_[r->peer];
+      o << " [conn: " << (c.fd ? "open" : (c.dead ? "dead" : "not connected"));
+      if (c.have_hdr && !c.rx_target) o << ", holds a message for " << describe_tag(c.rx_hdr.tag()) << " not asked for yet";
+      o << ", " << c.sendq.size() << " sends queued, " << c.recvq.size() << " receives posted, "
+        << c.staged() << " bytes staged" << (c.readable ? "" : ", drained") << (c.writable ? "" : ", send buffer full")
+        << "]";
+    }
   }
   return o.str();
 }
