@@ -1,5 +1,5 @@
 # shoal — the two commands: `make demo` and `make test` (each sets itself up).
-.PHONY: all setup setup-python build build-asan test test-cpp test-asan demo bench clean
+.PHONY: all setup setup-python build build-asan venv-tools test test-cpp test-launcher test-asan demo bench clean
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -26,6 +26,13 @@ $(ASAN_BUILD)/build.ninja: | setup
 build-asan: setup $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
+# The launcher on the virtual environment's PATH.
+venv-tools: build setup-python
+	ln -sfn "$(CURDIR)/$(BUILD)/bin/shoalrun" .venv/bin/shoalrun
+
+test-launcher: venv-tools
+	.venv/bin/python -m pytest -q tests/launcher
+
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
@@ -34,7 +41,7 @@ test-cpp: build
 test-asan: build-asan
 	cd $(ASAN_BUILD) && SHOAL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
 
-test: test-cpp test-asan
+test: test-cpp test-launcher test-asan
 
 demo: build
 	@tools/demo.sh

@@ -20,10 +20,12 @@ node), else one node. --verbose says which. See docs/launcher.md.)";
 ParsedCommandLine parse_command_line(int argc, char** argv) {
   ParsedCommandLine out;
   Options& o = out.options;
-  CLI::App app{"shoalrun: start one worker per device on this node, meeting the other nodes' launchers",
-               "shoalrun"};
-  app.usage("shoalrun [options] train.py [script args]\n       shoalrun [options] -m module [args]\n"
-            "       shoalrun [options] --no-python command [args]");
+  CLI::App app{
+      "shoalrun: start one worker per device on this node, meeting the other nodes' launchers.\n"
+      "  shoalrun [options] train.py [script args]\n"
+      "  shoalrun [options] -m module [args]\n"
+      "  shoalrun [options] --no-python command [args]\n",
+      "shoalrun"};
   app.footer(kFooter);
   // Everything from the first positional on is the worker command.
   app.prefix_command();

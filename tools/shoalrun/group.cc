@@ -46,6 +46,7 @@ class GroupRun {
  private:
   void start_all() {
     for (const auto& w : cfg_.workers) {
+      if (tearing_down_) break;  // a worker could not start: do not start the rest
       ::unlink(w.error_file.c_str());
       Live l;
       l.spec = w;

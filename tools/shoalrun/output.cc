@@ -67,7 +67,8 @@ void OutputMux::emit(const Stream& s, const std::vector<std::string>& lines) {
     if (tail.size() > kTailLines) tail.pop_front();
   }
   if (cfg_.console) {
-    const std::string prefix = "[" + std::to_string(s.rank) + "]: ";
+    std::string prefix(1, '[');
+    prefix.append(std::to_string(s.rank)).append("]: ");
     std::string batch;
     for (const auto& l : lines) batch += prefix + l + "\n";
     write_locked(s.is_err ? STDERR_FILENO : STDOUT_FILENO, batch);

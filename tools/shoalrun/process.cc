@@ -223,7 +223,7 @@ std::string find_executable(const std::string& name) {
   while (start <= path.size()) {
     const size_t colon = path.find(':', start);
     std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
+    if (dir.empty()) dir.assign(1, '.');
     const std::string cand = dir + "/" + name;
     if (usable(cand)) return cand;
     if (colon == std::string::npos) break;

@@ -1,0 +1,120 @@
+// shoalrun/command.cc — see command.h.
+#include "command.h"
+
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+extern char** environ;
+
+namespace shoalrun {
+namespace {
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+bool is_file(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string find_python(const char* argv0) {
+  if (const char* p = std::getenv("SHOAL_PYTHON"); p != nullptr && *p) {
+    const std::string found = find_executable(p);
+    if (found.empty()) throw UsageError(std::string("SHOAL_PYTHON: '") + p + "' is not an executable");
+    return found;
+  }
+  // The shoalrun that was invoked, before resolving symlinks: a venv's
+  // bin/shoalrun links to the build, and its python3 is right beside it.
+  std::string invoked = argv0 != nullptr ? argv0 : "";
+  if (!invoked.empty() && invoked.find('/') == std::string::npos) invoked = find_executable(invoked);
+  if (!invoked.empty()) {
+    const std::string beside = dir_of(invoked) + "/python3";
+    if (::access(beside.c_str(), X_OK) == 0) return beside;
+  }
+  const std::string found = find_executable("python3");
+  if (found.empty()) throw UsageError("no python3 on PATH (set SHOAL_PYTHON, or use --no-python)");
+  return found;
+}
+
+std::string find_bootstrap() {
+  const std::string exe = self_exe();
+  const std::string boot = dir_of(dir_of(exe)) + "/share/shoalrun/shoalrun_boot.py";
+  if (!is_file(boot)) throw UsageError("the Python bootstrap " + boot + " is missing (a broken install?)");
+  return boot;
+}
+
+}  // namespace
+
+WorkerCommand build_command(const Options& o, const char* argv0) {
+  WorkerCommand w;
+  const std::string& first = o.command.at(0);
+  if (o.no_python) {
+    w.path = find_executable(first);
+    if (w.path.empty()) throw UsageError("command '" + first + "' not found (or not executable)");
+    w.argv = o.command;
+  } else {
+    if (!o.module) {
+      struct stat st;
+      if (::stat(first.c_str(), &st) != 0) throw UsageError("script '" + first + "' not found");
+      if (S_ISDIR(st.st_mode) && !is_file(first + "/__main__.py")) {
+        throw UsageError("'" + first + "' is a directory without __main__.py");
+      }
+    }
+    w.path = find_python(argv0);
+    w.argv = {w.path, find_bootstrap()};
+    if (o.module) w.argv.push_back("-m");
+    w.argv.insert(w.argv.end(), o.command.begin(), o.command.end());
+  }
+  for (const auto& a : w.argv) w.describe += (w.describe.empty() ? "" : " ") + a;
+  return w;
+}
+
+std::string default_omp_threads(const Cluster& c) {
+  if (const char* v = std::getenv("OMP_NUM_THREADS"); v != nullptr && *v) return "";
+  const int n = cpu_count() / c.nproc_per_node;
+  return std::to_string(n < 1 ? 1 : n);
+}
+
+std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, const std::string& omp_threads) {
+  std::vector<std::pair<std::string, std::string>> ours = {
+      {"RANK", std::to_string(w.rank)},
+      {"LOCAL_RANK", std::to_string(w.local_rank)},
+      {"WORLD_SIZE", std::to_string(c.world_size())},
+      {"LOCAL_WORLD_SIZE", std::to_string(c.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(c.node_rank)},
+      {"MASTER_ADDR", c.master_addr},
+      {"MASTER_PORT", std::to_string(c.master_port)},
+      {"SHOAL_RESTART_COUNT", std::to_string(w.restart_count)},
+      {"SHOAL_ERROR_FILE", w.error_file},
+  };
+  if (!omp_threads.empty()) ours.emplace_back("OMP_NUM_THREADS", omp_threads);
+  std::set<std::string> names;
+  for (const auto& [k, v] : ours) names.insert(k);
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    if (names.count(std::string(*e, static_cast<size_t>(eq - *e)))) continue;
+    env.emplace_back(*e);
+  }
+  for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+  return env;
+}
+
+}  // namespace shoalrun

@@ -1,0 +1,45 @@
+// shoalrun/command.h — what each worker runs, and with which environment.
+//
+// Python workers run through the bootstrap shoalrun_boot.py (installed in
+// <prefix>/share/shoalrun next to <prefix>/bin/shoalrun), which runs the
+// script with runpy (or the module for -m) and writes an uncaught exception
+// to $SHOAL_ERROR_FILE. The interpreter is $SHOAL_PYTHON, else the python3
+// beside the shoalrun that was invoked (a venv's bin/), else python3 on PATH.
+// With --no-python the command runs as is.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "cluster.h"
+#include "process.h"
+
+namespace shoalrun {
+
+struct WorkerCommand {
+  std::string path;               // executable
+  std::vector<std::string> argv;  // full argv, argv[0] included
+  std::string describe;           // for --verbose
+};
+
+// Throws UsageError for a missing script, command or interpreter.
+WorkerCommand build_command(const Options& o, const char* argv0);
+
+struct WorkerPlace {
+  int rank = 0;
+  int local_rank = 0;
+  int restart_count = 0;
+  std::string error_file;
+};
+
+// The launcher's environment plus RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+// SHOAL_RESTART_COUNT, SHOAL_ERROR_FILE and (when set) OMP_NUM_THREADS.
+std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, const std::string& omp_threads);
+
+// OMP_NUM_THREADS for the workers: "" when the user set it, else cores /
+// local workers (at least 1); logged once by the caller.
+std::string default_omp_threads(const Cluster& c);
+
+}  // namespace shoalrun
