@@ -75,7 +75,9 @@ void reduce_scatterv_ring(Ctx& c, const Args& a) {
                   static_cast<char*>(c.scratch(buf_bytes, 2))};
   std::unique_ptr<Request[]> rrecv(new Request[2 * static_cast<size_t>(nseg)]);
   std::unique_ptr<Request[]> rsend(new Request[static_cast<size_t>(steps) * nseg]);
-  auto send_req = [&](int s, int k) -> Request& { return rsend[static_cast<size_t>(s) * nseg + k]; };
+  auto send_req = [&](int s, int k) -> Request& {
+    return rsend[static_cast<size_t>(s) * nseg + k];
+  };
   auto wait_sends = [&](int s) {
     for (int k = 0; k < nseg; ++k) c.wait(send_req(s, k));
   };
@@ -85,8 +87,8 @@ void reduce_scatterv_ring(Ctx& c, const Args& a) {
     const int b = recv_block(s);
     for (int k = 0; k < nseg; ++k) {
       const Range g = seg(b, k);
-      c.irecv(rrecv[static_cast<size_t>(s % 2) * nseg + k], prev, tag(s, k), tmp[s % 3] + g.off * es,
-              g.len * es);
+      c.irecv(rrecv[static_cast<size_t>(s % 2) * nseg + k], prev, tag(s, k),
+              tmp[s % 3] + g.off * es, g.len * es);
     }
   };
 

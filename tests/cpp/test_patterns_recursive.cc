@@ -115,7 +115,7 @@ TEST(PatternsRecursive, DoublingRetracesHalving) {
 }
 
 TEST(PatternsRecursive, SpanElemsCoversBlocks) {
-  for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{64}, size_t{1001}}) {
+  for (size_t count : {0, 1, 2, 3, 7, 64, 1001}) {
     for (int parts : {1, 2, 4, 8, 16}) {
       for (int lo = 0; lo < parts; ++lo) {
         for (int hi = lo + 1; hi <= parts; ++hi) {
