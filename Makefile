@@ -1,5 +1,5 @@
 # shoal — the two commands: `make demo` and `make test` (each sets itself up).
-.PHONY: all setup setup-python build build-asan venv-tools test test-cpp test-launcher test-asan demo bench clean
+.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-asan demo demo-perf bench clean
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -14,11 +14,14 @@ setup:
 setup-python:
 	@tools/setup/deps.sh --python
 
-$(BUILD)/build.ninja: | setup
-	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_ARGS)
-
-build: setup $(BUILD)/build.ninja
+# The main build includes the torch backend (python/shoal/_C*.so), so it needs
+# the virtual environment with PyTorch first. Configuring again is cheap.
+build: setup-python
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_ARGS) -DSHOAL_BUILD_TORCH=ON > $(BUILD).configure.log 2>&1 || { cat $(BUILD).configure.log; exit 1; }
 	cmake --build $(BUILD) -j $(JOBS)
+	ln -sfn "$(CURDIR)/$(BUILD)/bin/shoalrun" .venv/bin/shoalrun
+	@cd /tmp && $(CURDIR)/.venv/bin/python -c "import shoal.torch" 2>/dev/null || \
+	  $(CURDIR)/.venv/bin/pip install -q --no-build-isolation --no-deps -e $(CURDIR)
 
 $(ASAN_BUILD)/build.ninja: | setup
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=address -DSHOAL_BUILD_BENCH=OFF
@@ -26,12 +29,11 @@ $(ASAN_BUILD)/build.ninja: | setup
 build-asan: setup $(ASAN_BUILD)/build.ninja
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-# The launcher on the virtual environment's PATH.
-venv-tools: build setup-python
-	ln -sfn "$(CURDIR)/$(BUILD)/bin/shoalrun" .venv/bin/shoalrun
-
-test-launcher: venv-tools
+test-launcher: build
 	.venv/bin/python -m pytest -q tests/launcher
+
+test-python: build
+	.venv/bin/python -m pytest -q tests/python
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
@@ -41,13 +43,19 @@ test-cpp: build
 test-asan: build-asan
 	cd $(ASAN_BUILD) && SHOAL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
 
-test: test-cpp test-launcher test-asan
+test: test-cpp test-launcher test-python test-asan
 
+# The main job: the SageMaker-style DDP script on 2 local workers, via shoalrun.
 demo: build
+	SHOAL_PYTHON=$(CURDIR)/.venv/bin/python $(BUILD)/bin/shoalrun --standalone --nproc-per-node 2 examples/train_ddp.py
+
+# A verified 2-rank benchmark of every collective with shoal-perf.
+demo-perf: build
 	@tools/demo.sh
 
-bench: build setup-python
+bench: build
 	bench/compare
+	.venv/bin/python bench/torch/compare_torch.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -11,7 +11,7 @@ APT_PACKAGES=(
   libssl-dev libopenmpi-dev openmpi-bin iproute2
 )
 TORCH_VERSION=2.13.0
-PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn)
+PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn expecttest)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -44,7 +44,7 @@ if [[ "${1:-}" == "--python" ]]; then
   have=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
   need_install=0
   [[ "$have" == "$TORCH_VERSION" ]] || need_install=1
-  for m in numpy matplotlib pytest sklearn; do
+  for m in numpy matplotlib pytest sklearn expecttest; do
     .venv/bin/python -c "import $m" 2>/dev/null || need_install=1
   done
   if ((need_install)); then

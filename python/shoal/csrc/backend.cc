@@ -59,6 +59,9 @@ std::optional<DataType> complex_parts(at::ScalarType st) {
   }
 }
 
+// "float32", "int16", ... as torch spells them in Python (torch.<name>).
+std::string dtype_str(at::ScalarType st) { return std::string(c10::getDtypeNames(st).first); }
+
 std::string join(const std::vector<int>& v) {
   std::ostringstream o;
   for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
@@ -85,9 +88,9 @@ class Call {
  public:
   Call(ShoalBackend& be, const char* coll, c10d::OpType type, std::chrono::milliseconds timeout,
        bool collective = true)
-      : be_(be), coll_(coll), type_(type), comm_(be.comm()), oo_(be.op_options(timeout)) {
+      : be_(be), coll_(coll), type_(type), collective_(collective), comm_(be.comm()),
+        oo_(be.op_options(timeout)) {
     if (!comm_) fail("backend", "this process group's shoal backend was shut down");
-    if (collective) seq_ = ++be.seq_;
   }
 
   [[noreturn]] void fail(const std::string& arg, const std::string& what) const {
@@ -124,8 +127,8 @@ class Call {
             int64_t numel = -1) const {
     tensor(arg, t);
     if (t.scalar_type() != ref.scalar_type()) {
-      fail(arg, std::string("dtype ") + c10::toString(t.scalar_type()) + " differs from " + ref_arg +
-                    "'s " + c10::toString(ref.scalar_type()) + " (all tensors of one call must share a dtype)");
+      fail(arg, "dtype " + dtype_str(t.scalar_type()) + " differs from " + ref_arg + "'s " +
+                    dtype_str(ref.scalar_type()) + " (all tensors of one call must share a dtype)");
     }
     if (numel >= 0 && t.numel() != numel) {
       fail(arg, "has " + std::to_string(t.numel()) + " elements, expected " + std::to_string(numel));
@@ -170,7 +173,7 @@ class Call {
   }
   Elem reduce_elem(const std::string& arg, const at::Tensor& t, ReduceOp op) const {
     const std::string opname(reduce_op_name(op));
-    const std::string tname = c10::toString(t.scalar_type());
+    const std::string tname = dtype_str(t.scalar_type());
     Elem e;
     if (auto dt = native_dtype(t.scalar_type())) {
       e = Elem{*dt, 1};
@@ -242,7 +245,9 @@ class Call {
   // Queues the shoal operations `issue` returns and hands back the work.
   c10::intrusive_ptr<c10d::Work> launch(std::vector<at::Tensor> outputs,
                                         const std::function<std::vector<WorkPtr>(Communicator&)>& issue) {
-    auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), seq_);
+    // Counted only once the arguments are known good, so that ranks agree.
+    const uint64_t seq = collective_ ? ++be_.seq_ : 0;
+    auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), seq);
     for (auto& t : keep_) work->keep(std::move(t));
     for (auto& f : finishers_) work->on_success(std::move(f));
     for (auto& [user, staged] : copy_back_) {
@@ -264,9 +269,9 @@ class Call {
   ShoalBackend& be_;
   const char* coll_;
   c10d::OpType type_;
+  bool collective_;
   std::shared_ptr<Communicator> comm_;
   OpOptions oo_;
-  uint64_t seq_ = 0;
   std::vector<at::Tensor> keep_;
   std::vector<std::function<void()>> finishers_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
@@ -277,7 +282,7 @@ class Call {
 ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            BackendConfig cfg)
     : c10d::Backend(rank, size), cfg_(std::move(cfg)), default_timeout_ms_(0) {
-  Options o;
+  shoal::Options o;
   o.timeout = cfg_.timeout;
   // PyTorch hands each group (and device) a store under its own prefix.
   o.name = "torch";

@@ -48,16 +48,22 @@ namespace shoal::torch_adapter {
 
 class ShoalWork;
 
-// The thread that finishes works whose completion needs more than a flag:
-// copies back into user tensors and future callbacks. One per backend.
-// Works hold a shared reference to the queue (not to the thread), so the
-// last reference may go on any thread.
+// The threads that finish works whose completion needs more than a flag:
+// copies back into user tensors and future callbacks. Callbacks may block
+// (PowerSGD's hook waits on a nested allreduce's future inside a callback),
+// so a work is never left queued behind a busy thread: when no thread is
+// idle, post() starts another (up to kMaxThreads). Works hold a shared
+// reference to the queue, so the last reference may go on any thread.
 class Completer {
  public:
-  struct Queue {
+  static constexpr int kMaxThreads = 64;
+
+  struct Queue : std::enable_shared_from_this<Queue> {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<c10::intrusive_ptr<ShoalWork>> items;  // GUARDED_BY(mu)
+    std::vector<std::thread> threads;                 // GUARDED_BY(mu)
+    int idle = 0;                                     // GUARDED_BY(mu)
     bool stop = false;                                // GUARDED_BY(mu)
     void post(c10::intrusive_ptr<ShoalWork> w);
   };
@@ -72,7 +78,6 @@ class Completer {
  private:
   static void run(std::shared_ptr<Queue> q);
   std::shared_ptr<Queue> queue_;
-  std::thread thread_;
 };
 
 class ShoalWork : public c10d::Work {
@@ -87,7 +92,9 @@ class ShoalWork : public c10d::Work {
   static void start(const c10::intrusive_ptr<ShoalWork>& self, std::vector<WorkPtr> works,
                     std::shared_ptr<Completer::Queue> completer);
 
-  // c10d::Work.
+  // c10d::Work. wait() first waits on shoal's handles, which lets the
+  // calling thread run the queued operation itself when the executor is idle.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -102,7 +109,7 @@ class ShoalWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_;
   std::vector<std::function<void()>> finishers_;
-  std::vector<WorkPtr> works_;
+  std::vector<WorkPtr> works_;  // set by start(), then read-only
   std::shared_ptr<Completer::Queue> completer_;
   const uint64_t seq_;
   int source_ = -1;

@@ -33,26 +33,33 @@ std::exception_ptr as_dist_error(std::exception_ptr err) {
 void Completer::Queue::post(c10::intrusive_ptr<ShoalWork> w) {
   {
     std::lock_guard<std::mutex> g(mu);
-    items.push_back(std::move(w));
+    if (!stop || !threads.empty()) {
+      items.push_back(std::move(w));
+      if (idle == 0 && !stop && threads.size() < static_cast<size_t>(kMaxThreads)) {
+        threads.emplace_back(&Completer::run, shared_from_this());
+      }
+      cv.notify_one();
+      return;
+    }
   }
-  cv.notify_one();
+  w->complete();  // the backend is gone: finish here
 }
 
-Completer::Completer() : queue_(std::make_shared<Queue>()) {
-  thread_ = std::thread(&Completer::run, queue_);
-}
+Completer::Completer() : queue_(std::make_shared<Queue>()) {}
 
 Completer::~Completer() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> g(queue_->mu);
     queue_->stop = true;
+    threads.swap(queue_->threads);
   }
   queue_->cv.notify_all();
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // the thread owns its queue; it drains and exits
+  for (auto& t : threads) {
+    if (t.get_id() == std::this_thread::get_id()) {
+      t.detach();  // the thread owns a reference to the queue; it drains and exits
     } else {
-      thread_.join();
+      t.join();
     }
   }
 }
@@ -62,7 +69,9 @@ void Completer::run(std::shared_ptr<Queue> q) {
     c10::intrusive_ptr<ShoalWork> w;
     {
       std::unique_lock<std::mutex> g(q->mu);
+      ++q->idle;
       q->cv.wait(g, [&] { return q->stop || !q->items.empty(); });
+      --q->idle;
       if (q->items.empty()) return;  // stopping and drained
       w = std::move(q->items.front());
       q->items.pop_front();
@@ -128,7 +137,6 @@ void ShoalWork::complete() {
   finishers_.clear();
   if (err) err = as_dist_error(err);
   if (works_.size() == 1) source_ = works_[0]->source();
-  works_.clear();
   keep_.clear();
   finish(err);
   if (err) {
@@ -136,6 +144,21 @@ void ShoalWork::complete() {
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }
+}
+
+bool ShoalWork::wait(std::chrono::milliseconds timeout) {
+  for (auto& w : works_) {
+    try {
+      if (timeout == kNoTimeout) {
+        w->wait();
+      } else if (!w->wait_for(timeout)) {
+        break;
+      }
+    } catch (...) {
+      // Recorded by the completion hook; rethrown below as the work's error.
+    }
+  }
+  return c10d::Work::wait(timeout);
 }
 
 int ShoalWork::sourceRank() const {

@@ -1,0 +1,113 @@
+"""shoal as a torch.distributed backend.
+
+Importing this module registers the backend ``shoal`` (CPU tensors); after that
+``torch.distributed.init_process_group(backend="shoal")`` and
+``torch.distributed.new_group(backend="shoal")`` work with every init method
+(``env://``, ``tcp://``, ``file://``) and with the store PyTorch passes.
+
+``register(name)`` registers the same engine under another name (the SageMaker
+compatibility module uses it for ``smddp``). It is idempotent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from datetime import timedelta
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from shoal import _C
+
+__all__ = ["register", "ShoalBackend", "DEVICES"]
+
+ShoalBackend = _C.ShoalBackend
+
+# Device types the backend serves. CUDA comes later: the adapter checks the
+# device of every tensor, so adding "cuda" here is where it starts.
+DEVICES = ["cpu"]
+
+
+def _base_store(store):
+    """The store under any PrefixStores."""
+    seen = 0
+    while isinstance(store, dist.PrefixStore) and seen < 64:
+        store = store.underlying_store
+        seen += 1
+    return store
+
+
+def _route_to(host: str) -> str:
+    """The local address this host uses to reach `host` ('' if unknown). No packet is sent."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))
+            return s.getsockname()[0]
+    except OSError:
+        return ""
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host in ("localhost", "")
+
+
+def _advertise_host(base) -> str:
+    """Where peers reach this rank, when shoal cannot work it out itself.
+
+    shoal uses SHOAL_ADVERTISE_ADDR, else the route to MASTER_ADDR; with a
+    tcp:// init method and no MASTER_ADDR, the TCPStore's host tells the route.
+    """
+    if os.environ.get("SHOAL_ADVERTISE_ADDR") or os.environ.get("MASTER_ADDR"):
+        return ""
+    if isinstance(base, dist.TCPStore):
+        host = base.host
+        if host and not _is_loopback(host):
+            return _route_to(host)
+    return ""
+
+
+def _create(opts, backend_options, *, name: str):
+    store = opts.store
+    rank, size = int(opts.group_rank), int(opts.group_size)
+    timeout = opts.timeout
+    timeout_s = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    global_ranks = [int(r) for r in (opts.global_ranks_in_group or [])]
+    base = _base_store(store)
+    store_host_rank = -1
+    if isinstance(base, dist.TCPStore):  # env:// and tcp://: global rank 0 hosts it
+        if not global_ranks:
+            store_host_rank = 0
+        elif 0 in global_ranks:
+            store_host_rank = global_ranks.index(0)
+    return _C.ShoalBackend(store, rank, size, timeout_s=timeout_s, name=name,
+                           group_name=str(opts.group_id or ""),
+                           advertise_host=_advertise_host(base),
+                           global_ranks=global_ranks, store_host_rank=store_host_rank)
+
+
+def _creator(name: str):
+    def create(opts, backend_options=None):
+        return _create(opts, backend_options, name=name)
+    create.__name__ = f"create_{name}_backend"
+    return create
+
+
+def register(name: str = "shoal") -> None:
+    """Registers shoal with torch.distributed under `name` (idempotent)."""
+    if name.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(name, _creator(name), extended_api=True, devices=list(DEVICES))
+
+
+def entry_point() -> None:
+    """Target of the ``torch.distributed.backends`` entry point."""
+    register("shoal")
+
+
+register("shoal")

@@ -1,0 +1,1 @@
+"""SageMaker distributed training libraries' import paths, served by shoal."""

@@ -1,0 +1,1 @@
+"""SageMaker data-parallel library (``smdistributed.dataparallel``), served by shoal."""

@@ -1,0 +1,5 @@
+"""The deprecated ``smdistributed.dataparallel.torch.parallel`` API."""
+
+from .distributed import DistributedDataParallel
+
+__all__ = ["DistributedDataParallel"]

@@ -1,0 +1,99 @@
+"""Runs a multi-process torch.distributed job for the tests.
+
+``run_job(suite, world_size)`` starts `world_size` processes of
+``tests/python/worker.py SUITE`` with RANK / WORLD_SIZE / LOCAL_RANK /
+MASTER_ADDR / MASTER_PORT set (as torchrun and shoalrun do), waits for all of
+them and returns their outputs. A rank that fails makes the others be killed
+at once (they would wait for it forever). Every rank prints one line
+``RESULT <json>`` with its checks' outcomes.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+WORKER = HERE / "worker.py"
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JobError(AssertionError):
+    pass
+
+
+def run_job(suite, world_size, *, timeout=180, env=None, args=()):
+    port = free_port()
+    procs, outs = [], []
+    for r in range(world_size):
+        e = dict(os.environ)
+        e.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world_size),
+                 LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", SHOAL_TIMEOUT_S="60",
+                 PYTHONPATH=str(ROOT / "python") + os.pathsep + e.get("PYTHONPATH", ""))
+        e.update(env or {})
+        log = open(f"/tmp/shoal-test-{os.getpid()}-{suite}-{world_size}-{r}.log", "w+")
+        outs.append(log)
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), suite, *args], env=e,
+                                      stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+    deadline = time.monotonic() + timeout
+    failed = None
+    try:
+        while any(p.poll() is None for p in procs):
+            if failed is None:
+                for r, p in enumerate(procs):
+                    if p.poll() not in (None, 0):
+                        failed = f"rank {r} exited with {p.returncode}"
+                        break
+            if failed is not None or time.monotonic() > deadline:
+                failed = failed or f"timed out after {timeout} s"
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+            time.sleep(0.02)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    texts = []
+    for log in outs:
+        log.seek(0)
+        texts.append(log.read())
+        log.close()
+        os.unlink(log.name)
+    results = []
+    for r, text in enumerate(texts):
+        res = None
+        for line in text.splitlines():
+            if line.startswith("RESULT "):
+                res = json.loads(line[len("RESULT "):])
+        results.append(res)
+    bad = [r for r, p in enumerate(procs) if p.returncode != 0]
+    if failed or bad:
+        detail = "\n".join(f"----- rank {r} (exit {procs[r].returncode}) -----\n{texts[r][-6000:]}"
+                           for r in range(world_size))
+        raise JobError(f"job {suite} x{world_size}: {failed or 'ranks ' + str(bad) + ' failed'}\n{detail}")
+    return results
+
+
+def assert_all_passed(results):
+    """Every rank ran every check and none failed."""
+    problems = []
+    for r, res in enumerate(results):
+        if res is None:
+            problems.append(f"rank {r}: no RESULT line")
+            continue
+        for name, err in res["failed"].items():
+            problems.append(f"rank {r}: {name}: {err}")
+    assert not problems, "\n".join(problems)
+    return results[0]["passed"]
