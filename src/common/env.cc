@@ -13,8 +13,8 @@ const Knob kKnobs[] = {
     {"SHOAL_ALGO", "", "Force algorithms per collective: 'allreduce=ring,broadcast=chain'."},
     {"SHOAL_TIMEOUT_S", "1800", "Default timeout of every operation, in seconds."},
     {"SHOAL_SPIN_US", "auto",
-     "Busy-poll this many microseconds before sleeping in a wait (auto: 50 when the host "
-     "runs no more ranks than cores, else 0)."},
+     "Busy-poll this many microseconds before sleeping when a caller drives its own operation "
+     "(auto: 200 when the host runs no more ranks than cores, else 0)."},
     {"SHOAL_SEGMENT_BYTES", "1048576", "Pipelining segment of large transfers, in bytes."},
     {"SHOAL_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets, in bytes (0: kernel default)."},
     {"SHOAL_ADVERTISE_ADDR", "",

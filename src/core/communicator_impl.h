@@ -73,7 +73,7 @@ class CommunicatorImpl {
   void run();
   // Runs every queued operation (caller holds driver_->mu). Returns true if
   // it ran or completed anything.
-  bool drain();
+  bool drain(bool inline_caller);
   void execute(Op& op);
   void run_collective(Op& op);
   void post_p2p(Op& op);
@@ -98,6 +98,7 @@ class CommunicatorImpl {
   bool stop_ = false;                      // GUARDED_BY(mu_)
   std::exception_ptr broken_;              // GUARDED_BY(mu_)
   std::atomic<bool> busy_{false};
+  int spin_us_ = 0;  // busy-poll budget of a caller driving inline
   std::thread executor_;
 };
 

@@ -19,6 +19,8 @@ using transport::Clock;
 
 namespace {
 
+constexpr auto kDeferHandoff = std::chrono::microseconds(200);
+
 bool is_reducing(Coll c) {
   return c == Coll::kAllreduce || c == Coll::kReduce || c == Coll::kReduceScatter ||
          c == Coll::kReduceScatterv;
@@ -102,9 +104,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     int64_t local = size_;
     if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::atoll(l);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    spin = local <= cores ? 50 : 0;
+    spin = local <= cores ? 200 : 0;
   }
-  t.spin_us = spin;
+  spin_us_ = spin;
   t.socket_buffer = static_cast<int>(env::get_int("SHOAL_SOCKET_BUFFER").value_or(4 << 20));
   t.connect_timeout = opts_.timeout;
   t.lookup = [this](int peer) { return lookup(peer); };
@@ -148,7 +150,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 bool Driver::help() {
   std::unique_lock<std::mutex> d(mu, std::try_to_lock);
   if (!d.owns_lock() || !impl) return false;
-  return impl->drain();
+  return impl->drain(true);
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
@@ -249,8 +251,9 @@ void CommunicatorImpl::fail_all(std::exception_ptr cause) {
   inflight_p2p_.clear();
 }
 
-bool CommunicatorImpl::drain() {
+bool CommunicatorImpl::drain(bool inline_caller) {
   bool progressed = false;
+  transport_->set_spin_us(inline_caller ? spin_us_ : 0);
   for (;;) {
     std::unique_ptr<Op> op;
     {
@@ -260,6 +263,7 @@ bool CommunicatorImpl::drain() {
       queue_.pop_front();
       busy_.store(true);
     }
+    cv_.notify_all();  // an executor deferring to us may go back to sleep
     execute(*op);
     progressed = true;
     busy_.store(false);
@@ -300,9 +304,18 @@ void CommunicatorImpl::run() {
       // in flight that need progress (unless the communicator is broken).
       cv_.wait(g, [&] { return stop_ || !queue_.empty() || (has_inflight_.load() && !broken_); });
       if (stop_) break;  // whatever is queued fails below
+      // A caller that waits for its operation right away runs it itself
+      // (Work::wait), saving two thread hand-offs; give it the chance before
+      // taking the operation. Operations nobody waits for start at most
+      // kDeferHandoff later.
+      if (!queue_.empty() && !has_inflight_.load()) {
+        cv_.wait_for(g, kDeferHandoff, [&] { return stop_ || queue_.empty(); });
+        if (stop_) break;
+        if (queue_.empty()) continue;
+      }
     }
     std::lock_guard<std::mutex> d(driver_->mu);
-    drain();
+    drain(false);
     if (inflight_p2p_.empty()) continue;
     bool idle;
     {

@@ -96,6 +96,12 @@ class Transport {
   // Wakes a thread blocked in poll_wait(); callable from any thread.
   virtual void wake() = 0;
 
+  // How long wait() busy-polls before sleeping, in microseconds. Set by the
+  // driving thread: a caller that waits for its own operation spins (it has
+  // nothing else to do), the background executor does not (it would steal
+  // the core from the computation it overlaps with).
+  virtual void set_spin_us(int us) = 0;
+
   // Marks the transport broken with `cause`; every pending and later call
   // fails with it. Idempotent: the first cause wins. Any thread.
   virtual void abort(std::exception_ptr cause) = 0;

@@ -634,7 +634,7 @@ std::string TcpTransport::pending_summary(Request* const* reqs, size_t n) const 
 
 void TcpTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
   check_broken();
-  const auto spin_until = Clock::now() + std::chrono::microseconds(opts_.spin_us);
+  const auto spin_until = Clock::now() + std::chrono::microseconds(spin_us_);
   auto next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
   for (;;) {
     bool all = true;

@@ -3,7 +3,7 @@
 // One listening socket per communicator; connections are made lazily, the
 // first time a request names a peer: the lower rank of a pair connects, the
 // higher accepts. Sockets are non-blocking and edge-triggered; the executor
-// thread drives them in wait()/poll()/poll_wait(): it spins for `spin_us`
+// thread drives them in wait()/poll()/poll_wait(): it spins for set_spin_us()
 // before blocking in epoll_wait (useful when ranks <= cores).
 //
 // Failure: an error on a connection with pending requests (EOF, reset, a bad
@@ -40,7 +40,6 @@ struct TcpOptions {
   int size = 1;
   uint64_t job = 0;                 // communicator unique id (checked in Hello)
   std::string bind_host = "0.0.0.0";
-  int spin_us = 0;                  // busy-poll this long before blocking
   int socket_buffer = 4 << 20;      // SO_SNDBUF/SO_RCVBUF, 0 = kernel default
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};
   // Where a peer listens (the core reads it from the store). May block.
@@ -75,6 +74,7 @@ class TcpTransport final : public Transport {
   bool poll() override;
   void poll_wait(Clock::time_point until) override;
   void wake() override;
+  void set_spin_us(int us) override { spin_us_ = us; }
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
@@ -113,7 +113,8 @@ class TcpTransport final : public Transport {
   std::atomic<bool> broken_flag_{false};
   mutable std::mutex broken_mu_;
   std::exception_ptr broken_;  // GUARDED_BY(broken_mu_)
-  bool closed_ = false;        // executor thread only
+  bool closed_ = false;        // driving thread only
+  int spin_us_ = 0;            // driving thread only
 };
 
 }  // namespace shoal::transport::tcp
