@@ -78,6 +78,10 @@ class CommunicatorImpl {
   void run_collective(Op& op);
   void post_p2p(Op& op);
   void reap_p2p();
+  // Progresses sends and receives in flight until `until` (once if past) and
+  // completes those done; a transport failure breaks the communicator.
+  void progress_p2p(transport::Clock::time_point until);
+  void mark_broken(std::exception_ptr e);
   void fail_all(std::exception_ptr cause);
   void on_break(std::exception_ptr cause);
   std::exception_ptr on_lost(int peer, const std::string& detail);

@@ -270,17 +270,7 @@ bool CommunicatorImpl::drain(bool inline_caller) {
   }
   if (!inflight_p2p_.empty()) {
     size_t before = inflight_p2p_.size();
-    try {
-      transport_->poll();
-      reap_p2p();
-    } catch (...) {
-      auto e = std::current_exception();
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        if (!broken_) broken_ = e;
-      }
-      fail_all(e);
-    }
+    progress_p2p(Clock::now());
     progressed = progressed || inflight_p2p_.size() != before;
   }
   if (!inflight_p2p_.empty() && !has_inflight_.load()) {
@@ -324,17 +314,7 @@ void CommunicatorImpl::run() {
     }
     if (!idle) continue;
     // Idle with receives or sends in flight: progress them.
-    try {
-      transport_->poll_wait(Clock::now() + std::chrono::milliseconds(200));
-      reap_p2p();
-    } catch (...) {
-      auto e = std::current_exception();
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        if (!broken_) broken_ = e;
-      }
-      fail_all(e);
-    }
+    progress_p2p(Clock::now() + std::chrono::milliseconds(200));
     has_inflight_.store(!inflight_p2p_.empty());
   }
   // Stopping: whatever is left fails.
@@ -348,6 +328,26 @@ void CommunicatorImpl::run() {
   std::lock_guard<std::mutex> d(driver_->mu);
   fail_all(cause);
   has_inflight_.store(false);
+}
+
+void CommunicatorImpl::mark_broken(std::exception_ptr e) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!broken_) broken_ = e;
+}
+
+void CommunicatorImpl::progress_p2p(Clock::time_point until) {
+  try {
+    if (until <= Clock::now()) {
+      transport_->poll();
+    } else {
+      transport_->poll_wait(until);
+    }
+    reap_p2p();
+  } catch (...) {
+    auto e = std::current_exception();
+    mark_broken(e);
+    fail_all(e);
+  }
 }
 
 void CommunicatorImpl::reap_p2p() {
@@ -382,10 +382,7 @@ void CommunicatorImpl::execute(Op& op) {
     reap_p2p();
   } catch (...) {
     auto e = std::current_exception();
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (!broken_) broken_ = e;
-    }
+    mark_broken(e);
     // The transport is broken already for transport errors; anything else
     // thrown mid-collective leaves ranks out of step, so break it too.
     if (!transport_->broken()) {
