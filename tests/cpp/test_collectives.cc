@@ -18,6 +18,7 @@
 #include "collectives/registry.h"
 #include "harness.h"
 #include "kernels/element.h"
+#include "kernels/reference.h"
 
 namespace shoal {
 namespace {
@@ -58,33 +59,12 @@ double value(DataType dt, ReduceOp op, int r, size_t i) {
   return dt == DataType::kUInt8 ? v : v - 5;
 }
 
-double combine(DataType dt, ReduceOp op, double a, double b) {
-  if (dt == DataType::kBool) {
-    bool x = a != 0, y = b != 0;
-    switch (op) {
-      case ReduceOp::kProd: case ReduceOp::kMin: case ReduceOp::kBand: return x && y;
-      case ReduceOp::kBxor: return x != y;
-      default: return x || y;
-    }
-  }
-  auto i = [](double v) { return static_cast<int64_t>(v); };
-  switch (op) {
-    case ReduceOp::kProd: return a * b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kBand: return static_cast<double>(i(a) & i(b));
-    case ReduceOp::kBor: return static_cast<double>(i(a) | i(b));
-    case ReduceOp::kBxor: return static_cast<double>(i(a) ^ i(b));
-    default: return a + b;
-  }
-}
-
 constexpr double kScale = 0.5;
 
 double reduced(DataType dt, ReduceOp op, int n, size_t i) {
   double f = op == ReduceOp::kPremulSum ? kScale : 1.0;
   double acc = value(dt, op, 0, i) * f;
-  for (int r = 1; r < n; ++r) acc = combine(dt, op, acc, value(dt, op, r, i) * f);
+  for (int r = 1; r < n; ++r) acc = kernels::reference_combine(dt, op, acc, value(dt, op, r, i) * f);
   if (op == ReduceOp::kAvg) acc = is_floating(dt) ? acc / n : std::trunc(acc / n);
   return acc;
 }

@@ -2,6 +2,7 @@
 #include "perf_ops.h"
 
 #include "kernels/element.h"
+#include "kernels/reference.h"
 
 #include <unistd.h>
 
@@ -26,8 +27,6 @@ std::vector<std::string> kOps = {"allreduce", "broadcast", "reduce", "allgather"
 
 using kernels::get_element;
 using kernels::put_element;
-inline void put(DataType dt, void* p, size_t i, double v) { put_element(dt, p, i, v); }
-inline double get(DataType dt, const void* p, size_t i) { return get_element(dt, p, i); }
 
 // The value rank r contributes at element i: small integers, exact in every dtype.
 double val(DataType dt, ReduceOp op, int r, size_t i) {
@@ -36,33 +35,12 @@ double val(DataType dt, ReduceOp op, int r, size_t i) {
   return static_cast<double>(r + 1 + static_cast<int>(i % 5));
 }
 
-double combine(DataType dt, ReduceOp op, double a, double b) {
-  if (dt == DataType::kBool) {
-    bool x = a != 0, y = b != 0;
-    switch (op) {
-      case ReduceOp::kProd: case ReduceOp::kMin: case ReduceOp::kBand: return x && y;
-      case ReduceOp::kBxor: return x != y;
-      default: return x || y;
-    }
-  }
-  auto i = [](double v) { return static_cast<int64_t>(v); };
-  switch (op) {
-    case ReduceOp::kProd: return a * b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kBand: return static_cast<double>(i(a) & i(b));
-    case ReduceOp::kBor: return static_cast<double>(i(a) | i(b));
-    case ReduceOp::kBxor: return static_cast<double>(i(a) ^ i(b));
-    default: return a + b;
-  }
-}
-
 // The reduction over all ranks of element i, as the collective should compute it.
 double reduced(const Config& c, int n, size_t i, double scale) {
   double acc = val(c.dtype, c.redop, 0, i) * (c.redop == ReduceOp::kPremulSum ? scale : 1);
   for (int r = 1; r < n; ++r) {
     double v = val(c.dtype, c.redop, r, i) * (c.redop == ReduceOp::kPremulSum ? scale : 1);
-    acc = combine(c.dtype, c.redop, acc, v);
+    acc = kernels::reference_combine(c.dtype, c.redop, acc, v);
   }
   if (c.redop == ReduceOp::kAvg) acc = is_floating(c.dtype) ? acc / n : std::trunc(acc / n);
   return acc;
@@ -145,10 +123,10 @@ int run(Communicator& comm, const Config& c) {
     std::vector<uint8_t> sendbuf(std::max<size_t>(g.send, 1) * es), recvbuf(std::max<size_t>(g.recv, 1) * es);
     auto fill = [&] {
       if (c.op == "broadcast") {
-        for (size_t i = 0; i < g.recv; ++i) put(c.dtype, recvbuf.data(), i, me == c.root ? val(c.dtype, c.redop, me, i) : 0);
+        for (size_t i = 0; i < g.recv; ++i) put_element(c.dtype, recvbuf.data(), i, me == c.root ? val(c.dtype, c.redop, me, i) : 0);
         return;
       }
-      for (size_t i = 0; i < g.send; ++i) put(c.dtype, sendbuf.data(), i, val(c.dtype, c.redop, me, i));
+      for (size_t i = 0; i < g.send; ++i) put_element(c.dtype, sendbuf.data(), i, val(c.dtype, c.redop, me, i));
       std::fill(recvbuf.begin(), recvbuf.end(), 0);
       if (c.inplace && (c.op == "allreduce" || c.op == "reduce")) {
         std::memcpy(recvbuf.data(), sendbuf.data(), g.send * es);
@@ -201,25 +179,25 @@ int run(Communicator& comm, const Config& c) {
       fill();
       issue();
       if (c.op == "allreduce" || (c.op == "reduce" && me == c.root)) {
-        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get(c.dtype, r, i), reduced(c, n, i, scale));
+        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get_element(c.dtype, r, i), reduced(c, n, i, scale));
       } else if (c.op == "broadcast") {
-        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get(c.dtype, r, i), val(c.dtype, c.redop, c.root, i));
+        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get_element(c.dtype, r, i), val(c.dtype, c.redop, c.root, i));
       } else if (c.op == "allgather" || (c.op == "gather" && me == c.root)) {
         for (int q = 0; q < n; ++q)
           for (size_t i = 0; i < g.per; ++i)
-            wrong += !close_enough(c.dtype, get(c.dtype, r, q * g.per + i), val(c.dtype, c.redop, q, i));
+            wrong += !close_enough(c.dtype, get_element(c.dtype, r, q * g.per + i), val(c.dtype, c.redop, q, i));
       } else if (c.op == "reduce_scatter") {
         for (size_t i = 0; i < g.per; ++i)
-          wrong += !close_enough(c.dtype, get(c.dtype, r, i), reduced(c, n, me * g.per + i, scale));
+          wrong += !close_enough(c.dtype, get_element(c.dtype, r, i), reduced(c, n, me * g.per + i, scale));
       } else if (c.op == "alltoall") {
         for (int q = 0; q < n; ++q)
           for (size_t i = 0; i < g.per; ++i)
-            wrong += !close_enough(c.dtype, get(c.dtype, r, q * g.per + i), val(c.dtype, c.redop, q, me * g.per + i));
+            wrong += !close_enough(c.dtype, get_element(c.dtype, r, q * g.per + i), val(c.dtype, c.redop, q, me * g.per + i));
       } else if (c.op == "scatter") {
         for (size_t i = 0; i < g.per; ++i)
-          wrong += !close_enough(c.dtype, get(c.dtype, r, i), val(c.dtype, c.redop, c.root, me * g.per + i));
+          wrong += !close_enough(c.dtype, get_element(c.dtype, r, i), val(c.dtype, c.redop, c.root, me * g.per + i));
       } else if (c.op == "sendrecv" && n > 1) {
-        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get(c.dtype, r, i), val(c.dtype, c.redop, prev, i));
+        for (size_t i = 0; i < g.per; ++i) wrong += !close_enough(c.dtype, get_element(c.dtype, r, i), val(c.dtype, c.redop, prev, i));
       }
     }
     // Slowest rank's median, total wrong elements.

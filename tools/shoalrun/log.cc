@@ -15,8 +15,7 @@ std::atomic<bool> g_verbose{false};
 
 }  // namespace
 
-void write_locked(int fd, const std::string& data) {
-  std::lock_guard<std::mutex> lock(g_output_mu);
+void write_all(int fd, const std::string& data) {
   const char* p = data.data();
   size_t left = data.size();
   while (left > 0) {
@@ -28,6 +27,11 @@ void write_locked(int fd, const std::string& data) {
     p += n;
     left -= static_cast<size_t>(n);
   }
+}
+
+void write_locked(int fd, const std::string& data) {
+  std::lock_guard<std::mutex> lock(g_output_mu);
+  write_all(fd, data);
 }
 
 void log(const std::string& msg) {

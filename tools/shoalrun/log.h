@@ -12,6 +12,8 @@ namespace shoalrun {
 // Writes all of `data` to `fd` under the output lock (partial writes and EINTR
 // retried; errors such as EPIPE are ignored: the launcher's own output going
 // away must not stop the job).
+// Writes all of `data` to `fd` (retrying on EINTR; gives up on other errors).
+void write_all(int fd, const std::string& data);
 void write_locked(int fd, const std::string& data);
 
 // "shoalrun: <msg>\n" on stderr. Multi-line messages are written in one piece.

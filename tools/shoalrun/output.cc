@@ -17,20 +17,6 @@ constexpr size_t kMaxLine = 64 * 1024;
 constexpr size_t kTailLines = 20;
 constexpr size_t kTailLineChars = 400;
 
-void write_file(int fd, const std::string& data) {
-  const char* p = data.data();
-  size_t left = data.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
 
 OutputMux::~OutputMux() {
@@ -48,7 +34,7 @@ void OutputMux::add(int rank, int out_fd, int err_fd) {
     if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
     log_fds_[rank] = fd;
     if (cfg_.restart_count > 0) {
-      write_file(fd, "--- shoalrun: restart " + std::to_string(cfg_.restart_count) + " ---\n");
+      write_all(fd, "--- shoalrun: restart " + std::to_string(cfg_.restart_count) + " ---\n");
     }
   }
 }
@@ -77,7 +63,7 @@ void OutputMux::emit(const Stream& s, const std::vector<std::string>& lines) {
   if (it != log_fds_.end()) {
     std::string batch;
     for (const auto& l : lines) batch += l + "\n";
-    write_file(it->second, batch);
+    write_all(it->second, batch);
   }
 }
 

@@ -134,6 +134,18 @@ class Call {
       fail(arg, "has " + std::to_string(t.numel()) + " elements, expected " + std::to_string(numel));
     }
   }
+  // A list with one tensor per rank of the group, each of ref's dtype.
+  // Returns true when every entry also has ref's element count.
+  bool per_rank_list(const char* arg, const std::vector<at::Tensor>& list, const char* ref_arg,
+                     const at::Tensor& ref) const {
+    list_len(arg, list.size(), static_cast<size_t>(size()), "one tensor per rank of the group");
+    bool even = true;
+    for (size_t r = 0; r < list.size(); ++r) {
+      like(idx(arg, r), list[r], ref_arg, ref);
+      even = even && list[r].numel() == ref.numel();
+    }
+    return even;
+  }
   void root(int64_t root, const char* arg = "root") const {
     if (root < 0 || root >= size()) {
       fail(arg, std::to_string(root) + " is out of range for a group of " + std::to_string(size()) + " ranks");
@@ -446,12 +458,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter(std::vector<at::Tens
   const at::Tensor& o = outputs[0];
   c.tensor("output", o);
   auto& in = inputs[0];
-  c.list_len("input_list", in.size(), getSize(), "one tensor per rank of the group");
-  bool even = true;
-  for (size_t r = 0; r < in.size(); ++r) {
-    c.like(idx("input_list", r), in[r], "output", o);
-    even = even && in[r].numel() == o.numel();
-  }
+  const bool even = c.per_rank_list("input_list", in, "output", o);
   if (in[getRank()].numel() != o.numel()) {
     c.fail("output", "has " + std::to_string(o.numel()) + " elements but this rank's input_list entry has " +
                          std::to_string(in[getRank()].numel()));
@@ -562,12 +569,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather(std::vector<std::vector<a
   const at::Tensor& t = inputs[0];
   c.tensor("input", t);
   auto& outs = outputs[0];
-  c.list_len("output_list", outs.size(), getSize(), "one tensor per rank of the group");
-  bool even = true;
-  for (size_t r = 0; r < outs.size(); ++r) {
-    c.like(idx("output_list", r), outs[r], "input", t);
-    even = even && outs[r].numel() == t.numel();
-  }
+  const bool even = c.per_rank_list("output_list", outs, "input", t);
   if (outs[getRank()].numel() != t.numel()) {
     c.fail(idx("output_list", getRank()), "has " + std::to_string(outs[getRank()].numel()) +
                                               " elements, but this rank's input has " + std::to_string(t.numel()));
