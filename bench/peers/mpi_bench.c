@@ -4,7 +4,8 @@
  *
  * Ops: allreduce (MPI_Allreduce, float32 sum, out of place),
  *      allgather (MPI_Allgather, float32),
- *      broadcast (MPI_Bcast, float32, root 0).
+ *      broadcast (MPI_Bcast, float32, root 0),
+ *      reduce_scatter (MPI_Reduce_scatter_block, float32 sum, out of place).
  *
  * For each size: [warmup iterations] then [iters timed iterations]; each
  * iteration is preceded by an (untimed) MPI_Barrier unless --no-barrier is
@@ -18,9 +19,9 @@
  *    "dtype": "float32", "time_us": T, "algbw": A, "busbw": B, "wrong": W,
  *    "iters": I, "warmup": W0, "np": P}
  * bytes: buffer size for allreduce/broadcast, total output size per rank for
- * allgather (as nccl-tests). count = bytes / 4. algbw = bytes / time in
- * GB/s (1e9 B/s). busbw = algbw * factor: allreduce 2(n-1)/n,
- * allgather (n-1)/n, broadcast 1.
+ * allgather and total input size per rank for reduce_scatter (as nccl-tests).
+ * count = bytes / 4. algbw = bytes / time in GB/s (1e9 B/s). busbw = algbw *
+ * factor: allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast 1.
  *
  * --budget S (seconds, 0 = off): after the first warmup iteration, cut the
  * remaining warmup and the timed iterations so that one size takes about S
@@ -35,9 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST };
+enum op_kind { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_REDUCE_SCATTER, OP_COUNT };
 
-static const char *op_names[] = {"allreduce", "allgather", "broadcast"};
+static const char *op_names[] = {"allreduce", "allgather", "broadcast", "reduce_scatter"};
 
 typedef struct {
     size_t min_bytes, max_bytes;
@@ -46,7 +47,7 @@ typedef struct {
     double budget;
     int barrier;
     const char *impl;
-    int ops[3];
+    int ops[OP_COUNT];
     int nops;
 } options;
 
@@ -79,12 +80,12 @@ static void parse_ops(options *o, const char *s) {
     o->nops = 0;
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         int found = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < OP_COUNT; i++)
             if (strcmp(tok, op_names[i]) == 0) found = i;
         if (strcmp(tok, "all_reduce") == 0) found = OP_ALLREDUCE;
         if (strcmp(tok, "all_gather") == 0) found = OP_ALLGATHER;
-        if (found < 0) die("unknown op (allreduce, allgather, broadcast)");
-        if (o->nops >= 3) die("too many ops");
+        if (found < 0) die("unknown op (allreduce, allgather, broadcast, reduce_scatter)");
+        if (o->nops >= OP_COUNT) die("too many ops");
         o->ops[o->nops++] = found;
     }
 }
@@ -94,7 +95,7 @@ static void usage(void) {
         fprintf(stderr,
                 "usage: mpi_bench [-b MIN] [-e MAX] [-f FACTOR] [--iters N] "
                 "[--warmup N]\n"
-                "                 [--ops allreduce,allgather,broadcast] "
+                "                 [--ops allreduce,allgather,broadcast,reduce_scatter] "
                 "[--impl NAME]\n"
                 "                 [--budget SECONDS] [--min-iters N] "
                 "[--no-barrier]\n");
@@ -158,7 +159,7 @@ static double median(double *v, int n) {
 typedef struct {
     float *send, *recv;
     size_t count;      /* elements in the reported buffer (bytes / 4) */
-    size_t sendcount;  /* elements contributed per rank */
+    size_t sendcount;  /* elements per rank block: allgather's input, reduce_scatter's output */
 } bufs;
 
 static void prepare(int op, bufs *b) {
@@ -173,6 +174,10 @@ static void prepare(int op, bufs *b) {
         break;
     case OP_BROADCAST:
         for (size_t i = 0; i < b->count; i++) b->recv[i] = rank == 0 ? pattern(i) : -1.0f;
+        break;
+    case OP_REDUCE_SCATTER:
+        for (size_t i = 0; i < b->count; i++) b->send[i] = (float)(rank + 1) * pattern(i);
+        for (size_t i = 0; i < b->sendcount; i++) b->recv[i] = -1.0f;
         break;
     }
 }
@@ -203,6 +208,13 @@ static long long check(int op, const bufs *b) {
         for (size_t i = 0; i < b->count; i++)
             if (b->recv[i] != pattern(i)) wrong++;
         break;
+    case OP_REDUCE_SCATTER: {
+        const float tri = (float)nranks * (float)(nranks + 1) / 2.0f;
+        const size_t base = (size_t)rank * b->sendcount;
+        for (size_t i = 0; i < b->sendcount; i++)
+            if (b->recv[i] != tri * pattern(base + i)) wrong++;
+        break;
+    }
     }
     return wrong;
 }
@@ -220,6 +232,10 @@ static double run_once(int op, bufs *b, int barrier) {
         break;
     case OP_BROADCAST:
         MPI_Bcast(b->recv, (int)b->count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        break;
+    case OP_REDUCE_SCATTER:
+        MPI_Reduce_scatter_block(b->send, b->recv, (int)b->sendcount, MPI_FLOAT, MPI_SUM,
+                                 MPI_COMM_WORLD);
         break;
     }
     return MPI_Wtime() - t0;
@@ -253,7 +269,7 @@ int main(int argc, char **argv) {
              sz *= o.factor) {
             size_t bytes = (size_t)sz;
             bufs b = {send, recv, 0, 0};
-            if (op == OP_ALLGATHER) {
+            if (op == OP_ALLGATHER || op == OP_REDUCE_SCATTER) {
                 b.sendcount = bytes / 4 / (size_t)nranks;
                 if (b.sendcount < 1) b.sendcount = 1;
                 b.count = b.sendcount * (size_t)nranks;
@@ -301,8 +317,8 @@ int main(int argc, char **argv) {
             if (rank == 0) {
                 double n = (double)nranks;
                 double f = op == OP_ALLREDUCE ? 2.0 * (n - 1.0) / n
-                         : op == OP_ALLGATHER ? (n - 1.0) / n
-                                              : 1.0;
+                         : (op == OP_ALLGATHER || op == OP_REDUCE_SCATTER) ? (n - 1.0) / n
+                                                                            : 1.0;
                 double algbw = med > 0.0 ? (double)bytes / med / 1e9 : 0.0;
                 printf("{\"impl\": \"%s\", \"op\": \"%s\", \"bytes\": %zu, \"count\": %zu, "
                        "\"dtype\": \"float32\", \"time_us\": %.3f, \"algbw\": %.6g, "

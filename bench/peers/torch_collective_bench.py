@@ -10,7 +10,7 @@ MASTER_PORT=<free port> set, forwards rank 0's output and fails if any rank
 fails. With RANK set (e.g. under torchrun or shoalrun) it is one worker.
 
 Ops: all_reduce (float32 sum, in place), all_gather_into_tensor, broadcast
-(root 0). For each size: warmup iterations, then timed iterations; each one is
+(root 0), reduce_scatter_tensor (float32 sum). For each size: warmup iterations, then timed iterations; each one is
 preceded by an untimed dist.barrier() (unless --no-barrier) and, for
 all_reduce, an untimed reset of the input (all_reduce is in place). Each call is
 synchronous and timed alone with time.perf_counter. Reported time: median per
@@ -18,7 +18,8 @@ rank, max of the medians across ranks. The last iteration's result is checked.
 
 One JSON object per line per (op, size) on rank 0's stdout, same fields as
 bench/peers/mpi_bench.c: impl, op, bytes, count, dtype, time_us, algbw, busbw,
-wrong (+ iters, warmup, np). bytes is the output size per rank for allgather.
+wrong (+ iters, warmup, np). bytes is the output size per rank for allgather
+and the input size per rank for reduce_scatter (as nccl-tests).
 """
 
 import argparse
@@ -30,9 +31,10 @@ import subprocess
 import sys
 import time
 
-OPS = ("allreduce", "allgather", "broadcast")
+OPS = ("allreduce", "allgather", "broadcast", "reduce_scatter")
 OP_ALIASES = {"all_reduce": "allreduce", "all_gather": "allgather",
-              "all_gather_into_tensor": "allgather", "bcast": "broadcast"}
+              "all_gather_into_tensor": "allgather", "bcast": "broadcast",
+              "reduce_scatter_tensor": "reduce_scatter"}
 
 
 def parse_size(text):
@@ -150,6 +152,7 @@ def worker(args):
     # torch >= 2.10 marks all_gather_into_tensor deprecated; it is still the
     # call that maps onto a backend's allgather_base, which is what we measure.
     warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*")
+    warnings.filterwarnings("ignore", message=".*reduce_scatter_tensor.*")
     for mod in args.imports:
         __import__(mod)
     torch.set_num_threads(1)
@@ -180,10 +183,11 @@ def worker(args):
         return int(t.item())
 
     has_base = hasattr(dist, "all_gather_into_tensor")
+    has_rs_base = hasattr(dist, "reduce_scatter_tensor")
 
     for op in args.ops:
         for nbytes in sizes(args.minbytes, args.maxbytes, args.stepfactor):
-            if op == "allgather":
+            if op in ("allgather", "reduce_scatter"):
                 sendcount = max(1, nbytes // 4 // n)
                 count = sendcount * n
             else:
@@ -222,6 +226,27 @@ def worker(args):
 
                 def check(out=out, sendcount=sendcount):
                     exp = torch.cat([gather_pat(r, sendcount) for r in range(n)])
+                    return int((out != exp).sum().item())
+            elif op == "reduce_scatter":
+                # sendcount: the block each rank gets; count: the input size per rank.
+                inp = pat_full[:count] * float(rank + 1)
+                out = torch.empty(sendcount, dtype=torch.float32)
+                blocks = list(inp.split(sendcount))
+
+                def prep(last, out=out):
+                    if last:
+                        out.fill_(-1.0)
+
+                if has_rs_base:
+                    def call(out=out, inp=inp):
+                        dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM)
+                else:
+                    def call(out=out, blocks=blocks):
+                        dist.reduce_scatter(out, blocks, op=dist.ReduceOp.SUM)
+
+                def check(out=out, sendcount=sendcount):
+                    lo = rank * sendcount
+                    exp = pat_full[lo:lo + sendcount] * float(n * (n + 1) // 2)
                     return int((out != exp).sum().item())
             else:
                 buf = pat_full[:count].clone() if rank == 0 else torch.full((count,), -1.0)
@@ -265,7 +290,7 @@ def worker(args):
             med = max_all(statistics.median(times))
             if rank == 0:
                 factor = {"allreduce": 2.0 * (n - 1) / n, "allgather": (n - 1) / n,
-                          "broadcast": 1.0}[op]
+                          "reduce_scatter": (n - 1) / n, "broadcast": 1.0}[op]
                 algbw = nbytes / med / 1e9 if med > 0 else 0.0
                 print(json.dumps({
                     "impl": args.impl, "op": op, "bytes": nbytes, "count": count,

@@ -17,6 +17,7 @@
 #include "collectives/coll.h"
 #include "collectives/registry.h"
 #include "shoal/communicator.h"
+#include "transport/hybrid_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace shoal {
@@ -90,7 +91,9 @@ class CommunicatorImpl {
   std::shared_ptr<Store> store_;  // prefixed with this communicator's name
   coll::Tuning tuning_;
   coll::Scratch scratch_;                                   // GUARDED_BY(driver_->mu)
-  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  std::unique_ptr<transport::HybridTransport> transport_;  // shm for this host, TCP beyond
+  transport::tcp::TcpTransport* tcp_ = nullptr;            // owned by transport_
+  std::string host_id_;                                    // net::host_identity()
   std::vector<std::unique_ptr<Op>> inflight_p2p_;          // GUARDED_BY(driver_->mu)
   std::shared_ptr<Driver> driver_ = std::make_shared<Driver>();
   std::atomic<bool> has_inflight_{false};

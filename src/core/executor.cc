@@ -11,6 +11,7 @@
 #include "core/communicator_impl.h"
 #include "core/errors.h"
 #include "kernels/reduce.h"
+#include "transport/shm/shm_transport.h"
 
 namespace shoal {
 
@@ -112,7 +113,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   t.lookup = [this](int peer) { return lookup(peer); };
   t.on_break = [this](std::exception_ptr e) { on_break(e); };
   t.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
-  t.check_abort = [this]() -> std::exception_ptr {
+  auto check_abort = [this]() -> std::exception_ptr {
     try {
       if (store_->check({"abort"})) {
         auto rec = core::AbortRecord::decode(store_->get_str("abort"));
@@ -122,6 +123,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     }
     return nullptr;
   };
+  t.check_abort = check_abort;
   t.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
 
   // The communicator's unique id: chosen by rank 0, so that connections from
@@ -138,10 +140,37 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   }
   std::string host = opts_.advertise_host;
   t.bind_host = host;
-  transport_ = std::make_unique<transport::tcp::TcpTransport>(std::move(t));
+  uint64_t job = t.job;
+  auto tcp = std::make_unique<transport::tcp::TcpTransport>(std::move(t));
+  tcp_ = tcp.get();
+
+  // Ranks on this host (same host identity at the rendezvous) use shared memory.
+  std::unique_ptr<transport::Transport> shm;
+  std::string shm_mode = env::get("SHOAL_SHM").value_or("1");
+  if (shm_mode != "0" && shm_mode != "1" && shm_mode != "copy") {
+    throw InvalidArgument("SHOAL_SHM: '" + shm_mode + "' is not one of 1, copy, 0");
+  }
+  host_id_ = net::host_identity();
+  if (shm_mode != "0" && size_ > 1) {
+    transport::shm::ShmOptions so;
+    so.rank = rank_;
+    so.size = size_;
+    so.job = job;
+    so.cma_bytes = shm_mode == "copy" ? 0 : so.cma_bytes;
+    so.peer_name = [this](int peer) { return lookup(peer).hostname; };
+    so.is_local = [this](int peer) { return transport_->is_local(peer); };
+    so.on_break = [this](std::exception_ptr e) { on_break(e); };
+    so.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
+    so.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
+    shm = std::make_unique<transport::shm::ShmTransport>(std::move(so));
+  }
+  transport::HybridOptions ho;
+  ho.is_local = [this](int peer) { return lookup(peer).host_id == host_id_; };
+  ho.check_abort = check_abort;
+  transport_ = std::make_unique<transport::HybridTransport>(std::move(tcp), std::move(shm), std::move(ho));
   if (size_ > 1) {
-    store_->set_str("addr/" + std::to_string(rank_),
-                    host + " " + std::to_string(transport_->listen_port()) + " " + net::hostname());
+    store_->set_str("addr/" + std::to_string(rank_), host + " " + std::to_string(tcp_->listen_port()) +
+                                                         " " + net::hostname() + " " + host_id_);
   }
   driver_->impl = this;
   executor_ = std::thread([this] { run(); });
@@ -175,7 +204,7 @@ transport::tcp::PeerAddress CommunicatorImpl::lookup(int peer) {
   std::string v = store_->get_str("addr/" + std::to_string(peer));
   std::istringstream in(v);
   transport::tcp::PeerAddress a;
-  in >> a.host >> a.port >> a.hostname;
+  in >> a.host >> a.port >> a.hostname >> a.host_id;
   return a;
 }
 

@@ -88,7 +88,8 @@ class Transport {
   // (and then the transport is broken: messages may be half sent).
   virtual void wait(Request* const* reqs, size_t n, Clock::time_point deadline) = 0;
 
-  // One non-blocking pass of progress; returns true if anything moved.
+  // One non-blocking pass of progress; returns true if anything may have
+  // moved (false only when certainly nothing did).
   virtual bool poll() = 0;
 
   // Blocks until some socket event or wake() (or `until`), then makes progress.
@@ -101,6 +102,22 @@ class Transport {
   // nothing else to do), the background executor does not (it would steal
   // the core from the computation it overlaps with).
   virtual void set_spin_us(int us) = 0;
+
+  // ---- Composition (transport/hybrid): a parent drives several transports
+  // from one loop. These have defaults that suit a socket-only transport.
+
+  // An fd that becomes readable when poll() may make progress (an epoll fd).
+  virtual int event_fd() const = 0;
+  // Called before the parent blocks on event_fd(): arranges to be woken by
+  // any change a peer makes, and returns false if progress is possible now
+  // (then the parent must poll instead of blocking).
+  virtual bool arm() { return true; }
+  // Withdraws a posted receive that has not been matched yet (any-source
+  // receives are posted to every child; the first to match wins). Returns
+  // false if it was matched already or not known.
+  virtual bool cancel(Request* r) = 0;
+  // What the given requests wait for, for a timeout message.
+  virtual std::string pending_summary(Request* const* reqs, size_t n) const = 0;
 
   // Marks the transport broken with `cause`; every pending and later call
   // fails with it. Idempotent: the first cause wins. Any thread.

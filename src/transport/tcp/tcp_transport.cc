@@ -306,35 +306,55 @@ void TcpTransport::post_send(Request* r) {
   if (c.fd && c.sendq.size() == 1) try_write(c);
 }
 
+// A buffered P2P message that `r` matches, if any, is copied into it.
+bool TcpTransport::take_unexpected(Conn& c, Request* r) {
+  for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
+    if (it->hdr.tag() == r->tag) {
+      if (it->data.size() != r->len) {
+        fail(std::make_exception_ptr(Mismatch(
+            "message size mismatch with " + describe_peer(c.peer) + " on " +
+            describe_tag(r->tag) + ": expected " + std::to_string(r->len) +
+            " bytes, the peer sent " + std::to_string(it->data.size()))));
+      }
+      if (r->len) std::memcpy(r->buf, it->data.data(), r->len);
+      r->done = r->len;
+      r->source = c.peer;
+      r->complete = true;
+      c.unexpected.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+// A P2P message buffered while no receive matched has arrived whole. A
+// receive posted meanwhile (while it was still coming in) takes it now.
+void TcpTransport::file_unexpected(Conn& c) {
+  c.unexpected.push_back(std::move(*c.unexpected_cur));
+  c.unexpected_cur.reset();
+  const Tag tag = c.unexpected.back().hdr.tag();
+  for (auto* q : {&c.recvq, &any_recvs_}) {
+    for (auto it = q->begin(); it != q->end(); ++it) {
+      if ((*it)->tag == tag) {
+        Request* r = *it;
+        q->erase(it);
+        take_unexpected(c, r);
+        return;
+      }
+    }
+  }
+}
+
 void TcpTransport::post_recv(Request* r) {
   check_broken();
   if (r->len > 0 && r->buf == nullptr) throw InvalidArgument("buffer: null with non-zero size");
   r->done = 0;
   r->complete = false;
   r->source = -1;
-  auto take_unexpected = [&](Conn& c) {
-    for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
-      if (it->hdr.tag() == r->tag) {
-        if (it->data.size() != r->len) {
-          fail(std::make_exception_ptr(Mismatch(
-              "message size mismatch with " + describe_peer(c.peer) + " on " +
-              describe_tag(r->tag) + ": expected " + std::to_string(r->len) +
-              " bytes, the peer sent " + std::to_string(it->data.size()))));
-        }
-        if (r->len) std::memcpy(r->buf, it->data.data(), r->len);
-        r->done = r->len;
-        r->source = c.peer;
-        r->complete = true;
-        c.unexpected.erase(it);
-        return true;
-      }
-    }
-    return false;
-  };
   if (r->peer == kAnySource) {
     if (r->tag.space != Space::kP2P) throw InvalidArgument("peer: any-source is for p2p receives");
     for (auto& c : peers_) {
-      if (c && take_unexpected(*c)) return;
+      if (c && take_unexpected(*c, r)) return;
     }
     any_recvs_.push_back(r);
     // Lower ranks connect to us when they send; we connect to the higher ones.
@@ -345,9 +365,21 @@ void TcpTransport::post_recv(Request* r) {
     return;
   }
   Conn& c = conn_for(r->peer);
-  if (r->tag.space == Space::kP2P && take_unexpected(c)) return;
+  if (r->tag.space == Space::kP2P && take_unexpected(c, r)) return;
   c.recvq.push_back(r);
   if (c.fd) try_read(c);
+}
+
+bool TcpTransport::cancel(Request* r) {
+  auto drop = [r](std::deque<Request*>& q) {
+    auto it = std::find(q.begin(), q.end(), r);
+    if (it == q.end()) return false;
+    q.erase(it);
+    return true;
+  };
+  if (r->peer == kAnySource) return drop(any_recvs_);
+  if (r->peer < 0 || r->peer >= opts_.size || !peers_[r->peer]) return false;
+  return drop(peers_[r->peer]->recvq);
 }
 
 // ---- progress ------------------------------------------------------------
@@ -567,8 +599,7 @@ void TcpTransport::try_read(Conn& c) {
     c.have_hdr = false;
     c.rx_target = nullptr;
     if (r == &c.unexpected_req) {
-      c.unexpected.push_back(std::move(*c.unexpected_cur));
-      c.unexpected_cur.reset();
+      file_unexpected(c);
     } else {
       r->complete = true;
     }
@@ -666,9 +697,9 @@ void TcpTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadli
 
 bool TcpTransport::poll() {
   check_broken();
-  handle_events(0);
+  bool moved = handle_events(0) > 0;
   check_broken();
-  return true;
+  return moved;
 }
 
 void TcpTransport::poll_wait(Clock::time_point until) {

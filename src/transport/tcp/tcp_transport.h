@@ -33,6 +33,7 @@ struct PeerAddress {
   std::string host;      // numeric address to connect to
   uint16_t port = 0;
   std::string hostname;  // for messages
+  std::string host_id;   // net::host_identity() of the peer's host
 };
 
 struct TcpOptions {
@@ -78,6 +79,9 @@ class TcpTransport final : public Transport {
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
+  int event_fd() const override { return epoll_fd_.get(); }
+  bool cancel(Request* r) override;
+  std::string pending_summary(Request* const* reqs, size_t n) const override;
 
   // The port this rank listens on (publish it with the host address).
   uint16_t listen_port() const { return listen_port_; }
@@ -92,13 +96,14 @@ class TcpTransport final : public Transport {
   bool read_hello(Conn& c);
   void adopt(std::unique_ptr<Conn> accepted, int peer);
   bool match(Conn& c);
+  bool take_unexpected(Conn& c, Request* r);
+  void file_unexpected(Conn& c);
   void on_conn_error(Conn& c, const std::string& detail);
   void accept_all();
   int handle_events(int timeout_ms);  // returns the number of events
   void check_broken();
   [[noreturn]] void fail(std::exception_ptr cause);
   void close_all();
-  std::string pending_summary(Request* const* reqs, size_t n) const;
 
   TcpOptions opts_;
   net::Fd listen_fd_;

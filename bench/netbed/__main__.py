@@ -1,0 +1,8 @@
+"""`python3 bench/netbed ...`: the netbed command line (see netbed.py)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from netbed import main  # noqa: E402
+
+sys.exit(main())

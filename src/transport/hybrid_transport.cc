@@ -1,0 +1,264 @@
+// transport/hybrid_transport.cc — see hybrid_transport.h for the contract.
+#include "transport/hybrid_transport.h"
+
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "shoal/error.h"
+
+namespace shoal::transport {
+namespace {
+// While spinning on shared memory only, look at the network side this often.
+constexpr unsigned kNetEvery = 32;
+}  // namespace
+
+HybridTransport::HybridTransport(std::unique_ptr<Transport> net, std::unique_ptr<Transport> local,
+                                 HybridOptions opts)
+    : net_(std::move(net)), local_(std::move(local)), opts_(std::move(opts)) {
+  local_cache_.assign(static_cast<size_t>(net_->size()), -1);
+  epoll_fd_.reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd_) throw InternalError(std::string("epoll_create1: ") + strerror(errno));
+  wake_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_) throw InternalError(std::string("eventfd: ") + strerror(errno));
+  auto add = [&](int fd) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
+  };
+  add(wake_fd_.get());
+  add(net_->event_fd());
+  if (local_) add(local_->event_fd());
+}
+
+HybridTransport::~HybridTransport() = default;
+
+bool HybridTransport::is_local(int peer) const {
+  if (!local_ || peer < 0 || peer >= size() || peer == rank()) return false;
+  int8_t& v = local_cache_[static_cast<size_t>(peer)];
+  if (v < 0) v = opts_.is_local && opts_.is_local(peer) ? 1 : 0;
+  return v == 1;
+}
+
+Transport& HybridTransport::route(int peer) const { return is_local(peer) ? *local_ : *net_; }
+
+std::string HybridTransport::describe_peer(int peer) const {
+  try {
+    return route(peer).describe_peer(peer);
+  } catch (...) {
+    return net_->describe_peer(peer);
+  }
+}
+
+// ---- failure -------------------------------------------------------------
+
+std::exception_ptr HybridTransport::broken() const {
+  if (auto e = net_->broken()) return e;
+  return local_ ? local_->broken() : nullptr;
+}
+
+void HybridTransport::abort(std::exception_ptr cause) {
+  net_->abort(cause);
+  if (local_) local_->abort(cause);
+  wake();
+}
+
+void HybridTransport::fail(std::exception_ptr cause) {
+  // Each child publishes (first cause wins) and shuts its connections when
+  // it next runs on this thread.
+  net_->abort(cause);
+  if (local_) local_->abort(cause);
+  try {
+    net_->poll();
+  } catch (...) {
+  }
+  if (local_) {
+    try {
+      local_->poll();
+    } catch (...) {
+    }
+  }
+  std::rethrow_exception(broken() ? broken() : cause);
+}
+
+void HybridTransport::check_broken() {
+  if (auto e = broken()) fail(e);
+}
+
+template <class F>
+auto HybridTransport::guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const InvalidArgument&) {
+    throw;  // the caller's mistake: nothing is broken
+  } catch (...) {
+    fail(std::current_exception());
+  }
+}
+
+// ---- posting -------------------------------------------------------------
+
+void HybridTransport::post_send(Request* r) {
+  check_broken();
+  Transport& t = route(r->peer);
+  if (&t == net_.get()) net_active_ = true;
+  guarded([&] { t.post_send(r); });
+}
+
+void HybridTransport::post_recv(Request* r) {
+  check_broken();
+  if (r->peer != kAnySource || !local_) {
+    Transport& t = route(r->peer);
+    if (&t == net_.get()) net_active_ = true;
+    guarded([&] { t.post_recv(r); });
+    return;
+  }
+  guarded([&] { local_->post_recv(r); });
+  if (r->source >= 0) return;
+  bool remote = false;
+  for (int p = 0; p < size() && !remote; ++p) remote = p != rank() && !is_local(p);
+  if (!remote) return;
+  net_active_ = true;
+  guarded([&] { net_->post_recv(r); });
+  if (r->source >= 0) {
+    local_->cancel(r);
+    return;
+  }
+  any_pending_.push_back(r);
+}
+
+bool HybridTransport::cancel(Request* r) {
+  bool a = net_->cancel(r);
+  bool b = local_ && local_->cancel(r);
+  any_pending_.erase(std::remove(any_pending_.begin(), any_pending_.end(), r), any_pending_.end());
+  return a || b;
+}
+
+// An any-source receive matched by one child is withdrawn from the other.
+void HybridTransport::resolve_any() {
+  for (size_t i = 0; i < any_pending_.size();) {
+    Request* r = any_pending_[i];
+    if (r->source >= 0) {
+      net_->cancel(r);
+      local_->cancel(r);
+      any_pending_.erase(any_pending_.begin() + static_cast<ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+// ---- progress ------------------------------------------------------------
+
+bool HybridTransport::poll_children() {
+  return guarded([&] {
+    bool moved = false;
+    if (local_) {
+      moved |= local_->poll();
+      resolve_any();
+    }
+    if (!local_ || net_active_ || (++polls_ % kNetEvery) == 0) {
+      moved |= net_->poll();
+      resolve_any();
+    }
+    return moved;
+  });
+}
+
+bool HybridTransport::poll() {
+  check_broken();
+  return poll_children();
+}
+
+bool HybridTransport::arm() {
+  return guarded([&] {
+    bool ok = net_->arm();
+    if (local_) {
+      ok = local_->arm() && ok;
+      resolve_any();
+    }
+    return ok;
+  });
+}
+
+// Blocks on both children's event fds; returns the number of events.
+int HybridTransport::block(int timeout_ms) {
+  epoll_event evs[4];
+  int n = epoll_wait(epoll_fd_.get(), evs, 4, timeout_ms);
+  if (n < 0) {
+    if (errno == EINTR) return 0;
+    throw InternalError(std::string("epoll_wait: ") + strerror(errno));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.fd == wake_fd_.get()) {
+      uint64_t v;
+      while (::read(wake_fd_.get(), &v, sizeof(v)) > 0) {
+      }
+    } else if (evs[i].data.fd == net_->event_fd()) {
+      net_active_ = true;  // the network side has something: drive it
+    }
+  }
+  return n;
+}
+
+void HybridTransport::poll_wait(Clock::time_point until) {
+  check_broken();
+  if (!poll_children() && arm()) {
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+    block(static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
+    poll_children();
+  }
+  check_broken();
+}
+
+std::string HybridTransport::pending_summary(Request* const* reqs, size_t n) const {
+  std::ostringstream o;
+  bool first = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (reqs[i]->complete) continue;
+    Request* one[1] = {reqs[i]};
+    const Transport& t = reqs[i]->peer == kAnySource ? (local_ ? *local_ : *net_) : route(reqs[i]->peer);
+    if (!first) o << "; ";
+    first = false;
+    o << t.pending_summary(one, 1);
+  }
+  return o.str();
+}
+
+void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
+  check_broken();
+  const auto spin_until = Clock::now() + std::chrono::microseconds(spin_us_);
+  auto next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < n && all; ++i) all = reqs[i]->complete;
+    if (all) return;
+    auto now = Clock::now();
+    if (now >= deadline) {
+      fail(std::make_exception_ptr(TimeoutError("timed out waiting for " + pending_summary(reqs, n))));
+    }
+    if (poll_children() || now < spin_until || !arm()) continue;
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+    int timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 1, opts_.abort_poll_ms));
+    if (block(timeout_ms) == 0 && opts_.check_abort && Clock::now() >= next_abort_check) {
+      // Blocked with nothing moving: has another rank failed the job?
+      next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
+      if (auto cause = opts_.check_abort()) fail(cause);
+    }
+    check_broken();
+  }
+}
+
+void HybridTransport::wake() {
+  uint64_t one = 1;
+  ssize_t r = ::write(wake_fd_.get(), &one, sizeof(one));
+  (void)r;
+}
+
+}  // namespace shoal::transport

@@ -1,0 +1,84 @@
+// transport/hybrid_transport.h — one Transport over two: peers on this host
+// go through `local` (shared memory), the others through `net` (TCP).
+//
+// Which host a peer is on comes from the rendezvous (a host identity, not an
+// address string), through `is_local`, asked once per peer. The hybrid
+// drives both children from one loop: it polls them, spins for
+// set_spin_us(), then blocks on an epoll set holding both children's event
+// fds. An any-source receive is posted to both; the first child to match it
+// wins and the other withdraws it.
+//
+// Failure: a child that fails has already published its cause (on_break)
+// and shut its connections; the hybrid then breaks the other child with the
+// same cause, so that every peer of this rank sees it go.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/net.h"
+#include "transport/transport.h"
+
+namespace shoal::transport {
+
+struct HybridOptions {
+  std::function<bool(int peer)> is_local;  // may block; asked once per peer
+  // Polled every `abort_poll_ms` while a wait is blocked: the job-wide cause
+  // when another rank has published one, else null.
+  std::function<std::exception_ptr()> check_abort;
+  int abort_poll_ms = 250;
+};
+
+class HybridTransport final : public Transport {
+ public:
+  // `local` may be null (shared memory disabled): then everything goes to `net`.
+  HybridTransport(std::unique_ptr<Transport> net, std::unique_ptr<Transport> local, HybridOptions opts);
+  ~HybridTransport() override;
+
+  int rank() const override { return net_->rank(); }
+  int size() const override { return net_->size(); }
+  void post_send(Request* r) override;
+  void post_recv(Request* r) override;
+  void wait(Request* const* reqs, size_t n, Clock::time_point deadline) override;
+  bool poll() override;
+  void poll_wait(Clock::time_point until) override;
+  void wake() override;
+  void set_spin_us(int us) override { spin_us_ = us; }
+  void abort(std::exception_ptr cause) override;
+  std::exception_ptr broken() const override;
+  std::string describe_peer(int peer) const override;
+  int event_fd() const override { return epoll_fd_.get(); }
+  bool arm() override;
+  bool cancel(Request* r) override;
+  std::string pending_summary(Request* const* reqs, size_t n) const override;
+
+  // Whether `peer`'s messages go through shared memory.
+  bool is_local(int peer) const;
+  Transport& net() { return *net_; }
+
+ private:
+  Transport& route(int peer) const;
+  bool poll_children();
+  void resolve_any();
+  int block(int timeout_ms);
+  void check_broken();
+  [[noreturn]] void fail(std::exception_ptr cause);
+  // Runs f; if a child throws, breaks the other child with the same cause.
+  template <class F>
+  auto guarded(F&& f) -> decltype(f());
+
+  std::unique_ptr<Transport> net_;
+  std::unique_ptr<Transport> local_;
+  HybridOptions opts_;
+  mutable std::vector<int8_t> local_cache_;  // -1 unknown, 0 net, 1 local
+  std::vector<Request*> any_pending_;        // any-source receives posted to both
+  bool net_active_ = false;                  // something was routed to net
+  unsigned polls_ = 0;
+  int spin_us_ = 0;
+  net::Fd epoll_fd_;
+  net::Fd wake_fd_;
+};
+
+}  // namespace shoal::transport
