@@ -10,6 +10,7 @@ namespace shoal::coll {
 void allreduce_ring(Ctx& c, const Args& a);
 void allreduce_recursive_doubling(Ctx& c, const Args& a);
 void allreduce_rabenseifner(Ctx& c, const Args& a);
+void allreduce_hierarchical(Ctx& c, const Args& a);
 
 void broadcast_binomial(Ctx& c, const Args& a);
 void broadcast_scatter_allgather(Ctx& c, const Args& a);

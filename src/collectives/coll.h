@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/patterns/hierarchy.h"
 #include "shoal/types.h"
 #include "transport/transport.h"
 
@@ -87,12 +88,15 @@ class Scratch {
 class Ctx {
  public:
   Ctx(transport::Transport& t, uint64_t seq, const transport::Fingerprint& fp,
-      Clock::time_point deadline, Scratch& scratch, const Tuning& tuning)
-      : t_(t), seq_(seq), fp_(fp), deadline_(deadline), scratch_(scratch), tuning_(tuning) {}
+      Clock::time_point deadline, Scratch& scratch, const Tuning& tuning, const Topology& topo)
+      : t_(t), seq_(seq), fp_(fp), deadline_(deadline), scratch_(scratch), tuning_(tuning),
+        topo_(topo) {}
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
   const Tuning& tuning() const { return tuning_; }
+  // Which ranks share a host (from the rendezvous).
+  const Topology& topology() const { return topo_; }
   void* scratch(size_t bytes, int slot = 0) { return scratch_.get(bytes, slot); }
 
   // Non-blocking: `r` must outlive its completion.
@@ -119,6 +123,7 @@ class Ctx {
   Clock::time_point deadline_;
   Scratch& scratch_;
   const Tuning& tuning_;
+  const Topology& topo_;
 };
 
 using AlgoFn = void (*)(Ctx&, const Args&);

@@ -13,6 +13,7 @@ const Algorithm kTable[] = {
     {Coll::kAllreduce, "ring", allreduce_ring},
     {Coll::kAllreduce, "recursive_doubling", allreduce_recursive_doubling},
     {Coll::kAllreduce, "rabenseifner", allreduce_rabenseifner},
+    {Coll::kAllreduce, "hierarchical", allreduce_hierarchical},
     {Coll::kBroadcast, "binomial", broadcast_binomial},
     {Coll::kBroadcast, "scatter_allgather", broadcast_scatter_allgather},
     {Coll::kBroadcast, "chain", broadcast_chain},

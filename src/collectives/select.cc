@@ -20,13 +20,14 @@ const Algorithm& must(Coll c, std::string_view name) {
 
 }  // namespace
 
-const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov) {
+const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, const Topology& topo) {
   if (const Algorithm* forced = ov.by_coll[static_cast<int>(c)]) return *forced;
   const size_t elem = a.elem();
   switch (c) {
     case Coll::kAllreduce: {
       const size_t bytes = a.count * elem;
       if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
+      if (topo.hierarchical() && topo.uniform() && bytes > 256 * KiB) return must(c, "hierarchical");
       if (bytes <= 256 * KiB && size > 2) return must(c, "rabenseifner");
       return must(c, "ring");
     }

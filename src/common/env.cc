@@ -20,8 +20,15 @@ const Knob kKnobs[] = {
     {"SHOAL_SHM", "1",
      "Ranks on one host talk through shared memory: 1 (single-copy for large messages where the "
      "kernel allows process_vm_readv), copy (always through the shared ring), 0 (TCP only)."},
+    {"SHOAL_HOST_ID", "",
+     "Overrides this rank's host identity (default: host name, boot id and network namespace): "
+     "ranks with equal identities share memory and count as one host to the algorithms."},
     {"SHOAL_ADVERTISE_ADDR", "",
      "Address other ranks use to reach this one (default: the address that reaches the store)."},
+    {"SHOAL_SECRET", "",
+     "The job's secret, 32 to 128 hex digits (shoalrun sets it): every connection of the job, the "
+     "store's included, proves it (docs/security.md). Unset: rank 0 makes one per communicator and "
+     "shares it through the store, which is then not authenticated."},
 };
 
 bool listed(const char* name) {

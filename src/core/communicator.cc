@@ -118,9 +118,7 @@ static WorkPtr submit(CommunicatorImpl& impl, std::unique_ptr<Op> op) {
       if (!op->algo) {
         Checker(impl.rank_, op->coll).fail("algorithm", "unknown algorithm '" + op->opts.algorithm + "'");
       }
-    } else {
-      op->algo = &coll::select(op->coll, op->args, impl.size_, impl.overrides_);
-    }
+    }  // otherwise chosen when it runs, from the size and the topology
   }
   return impl.enqueue(std::move(op));
 }

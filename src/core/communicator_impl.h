@@ -87,9 +87,11 @@ class CommunicatorImpl {
   void on_break(std::exception_ptr cause);
   std::exception_ptr on_lost(int peer, const std::string& detail);
   transport::tcp::PeerAddress lookup(int peer);
+  const coll::Topology& topology();
 
   std::shared_ptr<Store> store_;  // prefixed with this communicator's name
   coll::Tuning tuning_;
+  coll::Topology topo_;  // GUARDED_BY(driver_->mu); empty until first needed
   coll::Scratch scratch_;                                   // GUARDED_BY(driver_->mu)
   std::unique_ptr<transport::HybridTransport> transport_;  // shm for this host, TCP beyond
   transport::tcp::TcpTransport* tcp_ = nullptr;            // owned by transport_

@@ -150,7 +150,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   if (shm_mode != "0" && shm_mode != "1" && shm_mode != "copy") {
     throw InvalidArgument("SHOAL_SHM: '" + shm_mode + "' is not one of 1, copy, 0");
   }
-  host_id_ = net::host_identity();
+  host_id_ = env::get("SHOAL_HOST_ID").value_or(net::host_identity());
   if (shm_mode != "0" && size_ > 1) {
     transport::shm::ShmOptions so;
     so.rank = rank_;
@@ -198,6 +198,16 @@ CommunicatorImpl::~CommunicatorImpl() {
   if (executor_.joinable()) executor_.join();
   std::lock_guard<std::mutex> d(driver_->mu);  // waits for a caller still driving
   driver_->impl = nullptr;
+}
+
+// Which ranks share a host, from the addresses every rank published (read
+// once, on first use: every rank computes the same answer).
+const coll::Topology& CommunicatorImpl::topology() {
+  if (!topo_.host_of.empty()) return topo_;
+  std::vector<std::string> ids(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) ids[static_cast<size_t>(r)] = r == rank_ ? host_id_ : lookup(r).host_id;
+  topo_ = coll::patterns::make_topology(ids);
+  return topo_;
 }
 
 transport::tcp::PeerAddress CommunicatorImpl::lookup(int peer) {
@@ -500,7 +510,9 @@ void CommunicatorImpl::run_collective(Op& op) {
   }
 
   auto timeout = op.opts.timeout.count() > 0 ? op.opts.timeout : opts_.timeout;
-  coll::Ctx ctx(*transport_, op.seq, fp, Clock::now() + timeout, scratch_, tuning_);
+  const coll::Topology& topo = topology();
+  if (!op.algo) op.algo = &coll::select(op.coll, a, size_, overrides_, topo);
+  coll::Ctx ctx(*transport_, op.seq, fp, Clock::now() + timeout, scratch_, tuning_, topo);
   op.algo->fn(ctx, a);
 
   if (is_reducing(op.coll) && op.user_op == ReduceOp::kAvg) {

@@ -34,6 +34,13 @@ struct Channel {
   bool dead = false;
   std::string dead_detail;
 
+  // Connection set-up, side 0: the hello sent, and side 1's answer while it
+  // is not verified yet (until then no frame of side 1 is read).
+  bool await_accept = false;
+  Hello hello;
+  Accept accept;
+  size_t accept_have = 0;
+
   // Send side: the head of sendq is being written into the ring.
   std::deque<Request*> sendq;
   size_t tx_hdr_done = 0;  // bytes of the head's ShmFrame written (0 or all)

@@ -51,6 +51,18 @@ bool tag_less(const Tag& a, const Tag& b) {
   return a.seq != b.seq ? a.seq < b.seq : a.step < b.step;
 }
 
+// What both proofs of a channel's handshake are about (auth.h).
+auth::Transcript transcript(const Hello& h) {
+  auth::Transcript t;
+  t.link = auth::Link::kShm;
+  t.job = h.job;
+  t.from = h.rank;
+  t.to = h.to;
+  t.size = h.size;
+  std::memcpy(t.connector.data(), h.nonce, sizeof(h.nonce));
+  return t;
+}
+
 }  // namespace
 
 Channel::~Channel() {
@@ -260,6 +272,9 @@ void ShmTransport::connect_to(Channel& c) {
   ucred cred{};
   socklen_t cl = sizeof(cred);
   if (getsockopt(s.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) lost("SO_PEERCRED: " + errno_text(errno));
+  if (cred.uid != getuid()) {
+    lost("@" + socket_name(opts_.job, c.peer) + " is held by another user (uid " + std::to_string(cred.uid) + ")");
+  }
   c.peer_pid = static_cast<uint64_t>(cred.pid);
 
   // The segment: an anonymous memory file, named for debugging only.
@@ -285,6 +300,11 @@ void ShmTransport::connect_to(Channel& c) {
   hello.rank = static_cast<uint32_t>(opts_.rank);
   hello.size = static_cast<uint32_t>(opts_.size);
   hello.seg_bytes = bytes;
+  hello.to = static_cast<uint32_t>(c.peer);
+  auth::Nonce nonce = auth::fresh_nonce();
+  std::memcpy(hello.nonce, nonce.data(), nonce.size());
+  auth::Mac mac = auth::prove(opts_.secret, auth::Role::kConnector, transcript(hello));
+  std::memcpy(hello.mac, mac.data(), mac.size());
   iovec iov{&hello, sizeof(hello)};
   alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
@@ -307,6 +327,9 @@ void ShmTransport::connect_to(Channel& c) {
   net::set_nonblocking(s.get(), true);
   c.sock = std::move(s);
   c.ready = true;
+  c.hello = hello;
+  c.await_accept = true;  // frames of side 1 wait for its answer (read_accept)
+  c.accept_have = 0;
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.ptr = &c;
@@ -376,6 +399,10 @@ bool ShmTransport::read_hello(Channel& c) {
       static_cast<int>(h.rank) >= opts_.rank) {
     return reject("bad rank " + std::to_string(h.rank) + " of " + std::to_string(h.size));
   }
+  if (h.to != static_cast<uint32_t>(opts_.rank)) return reject("it means to reach rank " + std::to_string(h.to));
+  if (!auth::verify(opts_.secret, auth::Role::kConnector, transcript(h), h.mac)) {
+    return reject("it did not prove the job's secret (a different SHOAL_SECRET, or not a rank of this job)");
+  }
   ucred cred{};
   socklen_t cl = sizeof(cred);
   if (getsockopt(c.sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != getuid()) {
@@ -399,6 +426,21 @@ bool ShmTransport::read_hello(Channel& c) {
   if (slot && (slot->ready || slot->dead)) {
     munmap(m, bytes);
     return reject("rank " + std::to_string(peer) + " is already connected");
+  }
+  // The answer goes first on the socket (before any doorbell), whole.
+  Accept answer;
+  auth::Transcript t = transcript(h);
+  t.acceptor = auth::fresh_nonce();
+  std::memcpy(answer.nonce, t.acceptor.data(), t.acceptor.size());
+  auth::Mac mac = auth::prove(opts_.secret, auth::Role::kAcceptor, t);
+  std::memcpy(answer.mac, mac.data(), mac.size());
+  ssize_t w;
+  do {
+    w = ::send(c.sock.get(), &answer, sizeof(answer), MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (w < 0 && errno == EINTR);
+  if (w != static_cast<ssize_t>(sizeof(answer))) {
+    munmap(m, bytes);
+    return reject("cannot answer its hello: " + (w < 0 ? errno_text(errno) : std::string("short write")));
   }
   auto it = std::find_if(unnamed_.begin(), unnamed_.end(), [&](auto& p) { return p.get() == &c; });
   std::unique_ptr<Channel> owned = std::move(*it);
@@ -428,6 +470,40 @@ bool ShmTransport::read_hello(Channel& c) {
     }
   }
   progress(ch);
+  return true;
+}
+
+// Side 0: reads side 1's answer from the socket (no byte past it) and checks
+// its proof. Returns true once it has; a bad or missing answer is a
+// connection error.
+bool ShmTransport::read_accept(Channel& c) {
+  auto* buf = reinterpret_cast<uint8_t*>(&c.accept);
+  while (c.accept_have < sizeof(Accept)) {
+    ssize_t n = ::recv(c.sock.get(), buf + c.accept_have, sizeof(Accept) - c.accept_have, MSG_DONTWAIT);
+    if (n > 0) {
+      c.accept_have += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return false;
+    } else {
+      on_conn_error(c, n == 0 ? "connection closed by the peer before it answered this rank's hello (see the "
+                                "peer's log: a different SHOAL_SECRET, or not a rank of this job)"
+                              : "socket error: " + errno_text(errno));
+      return false;
+    }
+  }
+  auth::Transcript t = transcript(c.hello);
+  std::memcpy(t.acceptor.data(), c.accept.nonce, sizeof(c.accept.nonce));
+  if (c.accept.magic != kAcceptMagic || c.accept.version != kVersion ||
+      !auth::verify(opts_.secret, auth::Role::kAcceptor, t, c.accept.mac)) {
+    std::string why = "it did not prove the job's secret (a different SHOAL_SECRET, or not a rank of this job)";
+    std::fprintf(stderr, "shoal: rank %d: rejected the shared-memory answer of %s: %s\n", opts_.rank,
+                 describe_peer(c.peer).c_str(), why.c_str());
+    on_conn_error(c, "its answer to this rank's hello was refused: " + why);
+    return false;
+  }
+  c.await_accept = false;
   return true;
 }
 
@@ -738,6 +814,7 @@ void ShmTransport::read_rts(Channel& c, Request* r, const ShmFrame& h) {
 }
 
 bool ShmTransport::try_read(Channel& c) {
+  if (c.await_accept) return false;  // side 1 has not proved the secret yet
   bool moved = false, consumed = false;
   while (c.ready) {
     if (!c.have_hdr) {
@@ -821,6 +898,7 @@ int ShmTransport::handle_events(int timeout_ms) {
       read_hello(*c);
       continue;
     }
+    if (c->await_accept && !read_accept(*c)) continue;
     // Doorbells carry no data: drain them; EOF or an error is the peer's end.
     char buf[256];
     for (;;) {

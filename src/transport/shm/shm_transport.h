@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/net.h"
 #include "transport/transport.h"
 
@@ -34,6 +35,7 @@ struct ShmOptions {
   int rank = 0;
   int size = 1;
   uint64_t job = 0;             // the communicator's unique id
+  auth::Secret secret;          // the job's secret: each channel proves it both ways
   size_t ring_bytes = 1 << 20;  // per direction; rounded up to a power of two
   size_t cma_bytes = 64 << 10;  // single-copy from this size (0: never)
   // The peer's name for messages ("host"); may block.
@@ -79,6 +81,7 @@ class ShmTransport final : public Transport {
   void connect_to(Channel& c);
   void accept_all();
   bool read_hello(Channel& c);
+  bool read_accept(Channel& c);
   void probe(Channel& c);
   bool progress(Channel& c);  // returns true if anything moved
   bool try_write(Channel& c);

@@ -25,6 +25,16 @@ struct Conn {
 
   int peer = -1;  // -1 for an accepted socket whose Hello is not read yet
   net::Fd fd;
+
+  // Connection set-up (frame.h). Accepted sockets: the peer's address for
+  // messages, and when an unfinished hello is given up. Connected ones: the
+  // Hello sent, and the acceptor's answer while it is not verified yet.
+  std::string from;
+  Clock::time_point hello_deadline{};
+  bool await_accept = false;  // no frame is read before the answer checks out
+  Hello hello;
+  Accept accept;
+  size_t accept_have = 0;
   bool readable = true;
   bool writable = true;
   bool dead = false;            // closed; `dead_detail` says why

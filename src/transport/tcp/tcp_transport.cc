@@ -23,6 +23,11 @@ namespace {
 // headers come in the same system call.
 constexpr size_t kDirectReadBytes = 16 << 10;
 constexpr int kMaxEvents = 64;
+// An accepted socket must deliver a whole, valid Hello within this long (a
+// rank writes its hello as soon as it has connected); at most
+// kMaxUnnamed + size accepted sockets may be mid-hello at once.
+constexpr auto kHelloTimeout = std::chrono::seconds(10);
+constexpr size_t kMaxUnnamed = 64;
 
 std::string errno_text(int e) { return std::string(strerror(e)); }
 
@@ -179,16 +184,18 @@ void TcpTransport::connect_to(Conn& c) {
     auto deadline = Clock::now() + opts_.connect_timeout;
     net::Fd fd = net::connect_tcp(a.host, a.port, deadline);
     if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd.get(), opts_.socket_buffer);
-    Hello h;
-    h.job = opts_.job;
-    h.rank = static_cast<uint32_t>(opts_.rank);
-    h.size = static_cast<uint32_t>(opts_.size);
+    Hello h = make_hello(identity(), c.peer);
     if (!net::write_full(fd.get(), &h, sizeof(h), deadline)) {
       throw PeerLost("connection closed during the hello", c.peer);
     }
     net::set_nonblocking(fd.get(), true);
     c.fd = std::move(fd);
     c.readable = c.writable = true;
+    // Frames may follow the hello at once; the peer's are read only after
+    // its answer has proved the secret (read_accept).
+    c.hello = h;
+    c.await_accept = true;
+    c.accept_have = 0;
     register_fd(&c);
   } catch (const Error& e) {
     fail(std::make_exception_ptr(
@@ -209,29 +216,46 @@ void TcpTransport::accept_all() {
   for (;;) {
     net::Fd fd = net::accept_tcp(listen_fd_.get());
     if (!fd) return;
+    std::string from = "?";
+    try {
+      from = net::peer_address(fd.get());
+    } catch (const Error&) {
+      // (reset already; the hello read says so)
+    }
+    if (unnamed_.size() >= kMaxUnnamed + static_cast<size_t>(opts_.size)) {
+      std::fprintf(stderr, "shoal: rank %d: rejected a connection from %s: %zu connections are mid-hello already\n",
+                   opts_.rank, from.c_str(), unnamed_.size());
+      continue;
+    }
     net::set_nonblocking(fd.get(), true);
     if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd.get(), opts_.socket_buffer);
     auto c = std::make_unique<Conn>();
     c->fd = std::move(fd);
+    c->from = from;
+    c->hello_deadline = Clock::now() + kHelloTimeout;
     register_fd(c.get());
     unnamed_.push_back(std::move(c));
   }
 }
 
-// Reads the Hello of an accepted socket; on success moves the socket into
-// the peer's slot. Returns true if the Conn was adopted (and so destroyed).
+void TcpTransport::reject_stranger(Conn& c, const std::string& why) {
+  std::fprintf(stderr, "shoal: rank %d: rejected a connection from %s: %s\n", opts_.rank, c.from.c_str(),
+               why.c_str());
+  c.dead = true;
+  c.fd.reset();
+}
+
+// Reads the Hello of an accepted socket and checks it (frame.h); on success
+// answers it and moves the socket into the peer's slot. Reads no byte past
+// the hello. Returns true if the Conn was adopted (and so destroyed).
 bool TcpTransport::read_hello(Conn& c) {
-  auto reject = [&](const std::string& why) {
-    std::string who = c.fd ? net::peer_address(c.fd.get()) : "?";
-    std::fprintf(stderr, "shoal: rank %d: rejected a connection from %s: %s\n", opts_.rank,
-                 who.c_str(), why.c_str());
-    c.dead = true;
-    c.fd.reset();
-  };
+  auto reject = [&](const std::string& why) { reject_stranger(c, why); };
   while (c.staged() < sizeof(Hello)) {
     ssize_t n = ::recv(c.fd.get(), c.stage.data() + c.hi, sizeof(Hello) - c.staged(), 0);
     if (n > 0) {
       c.hi += static_cast<size_t>(n);
+      std::string bad = check_hello_prefix(c.stage.data() + c.lo, c.staged());
+      if (!bad.empty()) return reject(bad), false;
     } else if (n == 0) {
       reject("closed before its hello");
       return false;
@@ -248,21 +272,22 @@ bool TcpTransport::read_hello(Conn& c) {
   Hello h;
   std::memcpy(&h, c.stage.data() + c.lo, sizeof(h));
   c.lo += sizeof(h);
-  if (h.magic != kHelloMagic) return reject("not a shoal hello (bad magic)"), false;
-  if (h.version != kProtocolVersion) {
-    return reject("protocol version " + std::to_string(h.version) + ", expected " +
-                  std::to_string(kProtocolVersion)),
-           false;
-  }
-  if (h.job != opts_.job) return reject("it belongs to another job or communicator"), false;
-  if (h.size != static_cast<uint32_t>(opts_.size) || h.rank >= h.size ||
-      static_cast<int>(h.rank) >= opts_.rank) {
-    return reject("bad rank " + std::to_string(h.rank) + " of " + std::to_string(h.size)), false;
-  }
+  std::string bad = check_hello(h, identity());
+  if (!bad.empty()) return reject(bad), false;
   int peer = static_cast<int>(h.rank);
   auto& slot = peers_[peer];
   if (slot && (slot->fd || slot->dead)) {
     return reject("rank " + std::to_string(peer) + " is already connected"), false;
+  }
+  // The answer is the first thing this side sends, into an empty socket
+  // buffer: it goes whole or the connection is broken.
+  Accept a = make_accept(h, identity());
+  ssize_t w;
+  do {
+    w = ::send(c.fd.get(), &a, sizeof(a), MSG_NOSIGNAL);
+  } while (w < 0 && errno == EINTR);
+  if (w != static_cast<ssize_t>(sizeof(a))) {
+    return reject("cannot answer its hello: " + (w < 0 ? errno_text(errno) : std::string("short write"))), false;
   }
   // Adopt: the accepted socket carries on as the peer's connection.
   auto it = std::find_if(unnamed_.begin(), unnamed_.end(), [&](auto& p) { return p.get() == &c; });
@@ -438,6 +463,41 @@ void TcpTransport::try_write(Conn& c) {
   }
 }
 
+// The connecting side: reads the acceptor's answer (no byte past it) and
+// checks its proof. Returns true once it has; until then no frame from the
+// peer is read. A bad or missing answer is a connection error.
+bool TcpTransport::read_accept(Conn& c) {
+  auto* buf = reinterpret_cast<uint8_t*>(&c.accept);
+  while (c.accept_have < sizeof(Accept)) {
+    if (!c.readable) return false;
+    ssize_t n = ::recv(c.fd.get(), buf + c.accept_have, sizeof(Accept) - c.accept_have, 0);
+    if (n > 0) {
+      c.accept_have += static_cast<size_t>(n);
+    } else if (n == 0) {
+      on_conn_error(c, "connection closed by the peer before it answered this rank's hello (see the peer's log: "
+                       "a different SHOAL_SECRET, or not a rank of this job)");
+      return false;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      c.readable = false;
+      return false;
+    } else {
+      on_conn_error(c, "receive failed: " + errno_text(errno));
+      return false;
+    }
+  }
+  std::string bad = check_accept(c.accept, c.hello, identity());
+  if (!bad.empty()) {
+    std::fprintf(stderr, "shoal: rank %d: rejected the answer of %s: %s\n", opts_.rank,
+                 describe_peer(c.peer).c_str(), bad.c_str());
+    on_conn_error(c, "its answer to this rank's hello was refused: " + bad);
+    return false;
+  }
+  c.await_accept = false;
+  return true;
+}
+
 bool TcpTransport::match(Conn& c) {
   const FrameHeader& h = c.rx_hdr;
   const Tag tag = h.tag();
@@ -548,6 +608,7 @@ void TcpTransport::try_read(Conn& c) {
     }
   };
 
+  if (c.await_accept && !read_accept(c)) return;
   while (c.fd) {
     if (!c.have_hdr) {
       if (c.staged() < sizeof(FrameHeader)) {
@@ -556,9 +617,8 @@ void TcpTransport::try_read(Conn& c) {
       }
       std::memcpy(&c.rx_hdr, c.stage.data() + c.lo, sizeof(FrameHeader));
       c.lo += sizeof(FrameHeader);
-      if (c.rx_hdr.magic != kFrameMagic || c.rx_hdr.kind != static_cast<uint8_t>(FrameKind::kData) ||
-          c.rx_hdr.space > 1) {
-        on_conn_error(c, "malformed frame header (bad magic or kind)");
+      if (const char* bad = check_frame_header(c.rx_hdr)) {
+        on_conn_error(c, bad);
         return;
       }
       c.have_hdr = true;
@@ -630,7 +690,13 @@ int TcpTransport::handle_events(int timeout_ms) {
     if (evs[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) c->writable = true;
     drive(*c);
   }
-  // Drop strangers that were rejected or closed.
+  // Drop strangers that were rejected or closed, or are too slow with their hello.
+  if (!unnamed_.empty()) {
+    auto now = Clock::now();
+    for (auto& c : unnamed_) {
+      if (!c->dead && now >= c->hello_deadline) reject_stranger(*c, "no complete hello within 10 s");
+    }
+  }
   unnamed_.erase(std::remove_if(unnamed_.begin(), unnamed_.end(), [](auto& c) { return c->dead; }),
                  unnamed_.end());
   return n;
@@ -654,6 +720,7 @@ std::string TcpTransport::pending_summary(Request* const* reqs, size_t n) const 
     if (r->peer >= 0 && r->peer < opts_.size && peers_[r->peer]) {
       const Conn& c = *peers_[r->peer];
       o << " [conn: " << (c.fd ? "open" : (c.dead ? "dead" : "not connected"));
+      if (c.fd && c.await_accept) o << ", its answer to the hello not in yet";
       if (c.have_hdr && !c.rx_target) o << ", holds a message for " << describe_tag(c.rx_hdr.tag()) << " not asked for yet";
       o << ", " << c.sendq.size() << " sends queued, " << c.recvq.size() << " receives posted, "
         << c.staged() << " bytes staged" << (c.readable ? "" : ", drained") << (c.writable ? "" : ", send buffer full")

@@ -2,7 +2,12 @@
 //
 // One listening socket per communicator; connections are made lazily, the
 // first time a request names a peer: the lower rank of a pair connects, the
-// higher accepts. Sockets are non-blocking and edge-triggered; the executor
+// higher accepts. The connector sends its Hello (with its proof of the job's
+// secret) and may send frames right behind it; the acceptor checks the proof
+// before it reads a frame and answers with its own, which the connector
+// checks before it reads a frame (frame.h). An accepted socket that does not
+// complete a valid hello within kHelloTimeout is dropped; each rejection is
+// one line on stderr naming the peer's address, and the job goes on. Sockets are non-blocking and edge-triggered; the executor
 // thread drives them in wait()/poll()/poll_wait(): it spins for set_spin_us()
 // before blocking in epoll_wait (useful when ranks <= cores).
 //
@@ -40,6 +45,9 @@ struct TcpOptions {
   int rank = 0;
   int size = 1;
   uint64_t job = 0;                 // communicator unique id (checked in Hello)
+  // The job's secret: every connection proves it both ways before a frame
+  // is believed (frame.h, docs/security.md).
+  auth::Secret secret;
   std::string bind_host = "0.0.0.0";
   int socket_buffer = 4 << 20;      // SO_SNDBUF/SO_RCVBUF, 0 = kernel default
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};
@@ -94,6 +102,9 @@ class TcpTransport final : public Transport {
   void try_write(Conn& c);
   void try_read(Conn& c);
   bool read_hello(Conn& c);
+  bool read_accept(Conn& c);
+  void reject_stranger(Conn& c, const std::string& why);
+  Identity identity() const { return Identity{opts_.job, opts_.rank, opts_.size, &opts_.secret}; }
   void adopt(std::unique_ptr<Conn> accepted, int peer);
   bool match(Conn& c);
   bool take_unexpected(Conn& c, Request* r);
