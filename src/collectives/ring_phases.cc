@@ -15,6 +15,9 @@ using patterns::Range;
 
 namespace {
 
+// Segments of a reduce-scatter in flight at once (see ring_reduce_scatter).
+constexpr int kWindow = 4;
+
 struct Layout {
   size_t count, es;
   int n, nseg;
@@ -54,23 +57,25 @@ void ring_reduce_scatter(Ctx& c, const RingGroup& g, const Args& a, char* out, c
   const Layout L = layout(c, n, count, es);
   const int nseg = L.nseg;
   const int next = g.ranks[patterns::ring_next(r, n)], prev = g.ranks[patterns::ring_prev(r, n)];
-  const size_t step_bytes = block(count, n, 0).len * es;
-  char* tmp[2] = {static_cast<char*>(c.scratch(step_bytes, 0)),
-                  static_cast<char*>(c.scratch(step_bytes, 1))};
   auto tag = [&](int s, int k) { return step0 + static_cast<uint32_t>(s * nseg + k); };
   const int steps = n - 1;
-  std::unique_ptr<Request[]> rrecv(new Request[2 * nseg]);  // double-buffered by step parity
-  std::unique_ptr<Request[]> rsend(new Request[static_cast<size_t>(steps) * nseg]);
-  auto post_recvs = [&](int s) {
-    const int b = patterns::rs_recv_block(r, n, s);
-    const size_t base = block(count, n, b).off;
-    for (int k = 0; k < nseg; ++k) {
-      Range s_ = L.seg(b, k);
-      c.irecv(rrecv[(s % 2) * nseg + k], prev, tag(s, k), tmp[s % 2] + (s_.off - base) * es,
-              s_.len * es);
-    }
+  // Incoming segments land in a window of kWindow slots of one segment each,
+  // reused round-robin: the window stays in cache while it is reduced, and
+  // kWindow receives are always posted, so transfer and reduction overlap.
+  const int total = steps * nseg;
+  const int window = std::min(total, kWindow);
+  size_t seg_bytes = 0;
+  for (int k = 0; k < nseg; ++k) seg_bytes = std::max(seg_bytes, L.seg(0, k).len * es);
+  char* tmp = static_cast<char*>(c.scratch(seg_bytes * static_cast<size_t>(window), 0));
+  std::unique_ptr<Request[]> rrecv(new Request[static_cast<size_t>(window)]);
+  std::unique_ptr<Request[]> rsend(new Request[static_cast<size_t>(total)]);
+  auto post_recv = [&](int i) {  // i-th incoming segment: step i / nseg, segment i % nseg
+    const int s = i / nseg, k = i % nseg;
+    Range s_ = L.seg(patterns::rs_recv_block(r, n, s), k);
+    c.irecv(rrecv[i % window], prev, tag(s, k), tmp + static_cast<size_t>(i % window) * seg_bytes,
+            s_.len * es);
   };
-  post_recvs(0);
+  for (int i = 0; i < window; ++i) post_recv(i);
   {
     const int b = patterns::rs_send_block(r, n, 0);
     for (int k = 0; k < nseg; ++k) {
@@ -78,22 +83,19 @@ void ring_reduce_scatter(Ctx& c, const RingGroup& g, const Args& a, char* out, c
       c.isend(rsend[k], next, tag(0, k), in + s_.off * es, s_.len * es);
     }
   }
-  for (int s = 0; s < steps; ++s) {
-    if (s + 1 < steps) post_recvs(s + 1);
-    const int b = patterns::rs_recv_block(r, n, s);
-    const size_t base = block(count, n, b).off;
-    for (int k = 0; k < nseg; ++k) {
-      Range s_ = L.seg(b, k);
-      c.wait(rrecv[(s % 2) * nseg + k]);
-      kernels::reduce(a.dt, a.op, out + s_.off * es, in + s_.off * es,
-                      tmp[s % 2] + (s_.off - base) * es, s_.len);
-      if (s + 1 < steps) {
-        c.isend(rsend[static_cast<size_t>(s + 1) * nseg + k], next, tag(s + 1, k),
-                out + s_.off * es, s_.len * es);
-      }
+  for (int i = 0; i < total; ++i) {
+    const int s = i / nseg, k = i % nseg;
+    Range s_ = L.seg(patterns::rs_recv_block(r, n, s), k);
+    c.wait(rrecv[i % window]);
+    kernels::reduce(a.dt, a.op, out + s_.off * es, in + s_.off * es,
+                    tmp + static_cast<size_t>(i % window) * seg_bytes, s_.len);
+    if (i + window < total) post_recv(i + window);
+    if (s + 1 < steps) {
+      c.isend(rsend[static_cast<size_t>(s + 1) * nseg + k], next, tag(s + 1, k), out + s_.off * es,
+              s_.len * es);
     }
   }
-  wait_all(c, rsend.get(), static_cast<size_t>(steps) * nseg);
+  wait_all(c, rsend.get(), static_cast<size_t>(total));
 }
 
 void ring_allgather(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,

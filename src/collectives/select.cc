@@ -23,11 +23,15 @@ const Algorithm& must(Coll c, std::string_view name) {
 const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, const Topology& topo) {
   if (const Algorithm* forced = ov.by_coll[static_cast<int>(c)]) return *forced;
   const size_t elem = a.elem();
+  // Every rank on this host: shared memory, where pulling from all peers at
+  // once beats passing around a ring.
+  const bool one_host = topo.nhosts() == 1;
   switch (c) {
     case Coll::kAllreduce: {
       const size_t bytes = a.count * elem;
       if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
       if (topo.hierarchical() && topo.uniform() && bytes > 256 * KiB) return must(c, "hierarchical");
+      if (one_host && size > 2 && bytes > 256 * KiB) return must(c, "direct");
       if (bytes <= 256 * KiB && size > 2) return must(c, "rabenseifner");
       return must(c, "ring");
     }
@@ -45,6 +49,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     case Coll::kAllgather: {
       const size_t bytes = a.count * elem * static_cast<size_t>(size);
       if (bytes <= 64 * KiB && size > 2) return must(c, "bruck");
+      if (one_host && size > 2) return must(c, "direct");
       return must(c, "ring");
     }
     case Coll::kGather:
@@ -54,7 +59,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       return must(c, "linear");
     }
     case Coll::kAllgatherv: return must(c, "ring");
-    case Coll::kReduceScatter: return must(c, "ring");
+    case Coll::kReduceScatter: return must(c, one_host && size > 2 ? "direct" : "ring");
     case Coll::kReduceScatterv: return must(c, "ring");
     case Coll::kAlltoall: return must(c, "pairwise");
     case Coll::kAlltoallv: return must(c, "pairwise");

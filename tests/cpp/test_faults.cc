@@ -1,10 +1,12 @@
 // test_faults.cc — failures are detected, named, and never hang:
 // a rank SIGKILLed in the middle of a 256 MiB allreduce, mismatched
 // collectives, timeouts, aborts, and the broken state that follows.
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <regex>
@@ -59,8 +61,20 @@ ErrorCode code(std::exception_ptr e) {
 
 // ---- a rank dies mid-collective ---------------------------------------------
 
+// What /dev/shm holds: a killed rank must not leave anything there.
+std::vector<std::string> dev_shm() {
+  std::vector<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) out.emplace_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 void kill_mid_allreduce(int n, int victim, size_t bytes) {
   const size_t count = bytes / sizeof(float);
+  const auto shm_before = dev_shm();
   auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
     std::vector<float> in(count, 1.0f), out(count);
     c->barrier()->wait();  // every connection the ring needs is made below
@@ -108,6 +122,7 @@ void kill_mid_allreduce(int n, int victim, size_t bytes) {
     EXPECT_LT(dt, 2000000000) << "rank " << r << " took " << dt / 1e6 << " ms to fail:\n" << res[r].output;
   }
   std::printf("[ detection ] %d ranks, victim %d: worst %.1f ms after the kill\n", n, victim, worst / 1e6);
+  EXPECT_EQ(dev_shm(), shm_before) << "files left in /dev/shm";
 }
 
 TEST(Faults, SigkillMidAllreduce4Ranks) { kill_mid_allreduce(4, 2, quick() ? (32u << 20) : (256u << 20)); }
@@ -181,6 +196,32 @@ TEST(Faults, TimeoutNamesTheMissingRank) {
       SHOAL_CHECK_MSG(message(err).find("rank 1") != std::string::npos, message(err));
       SHOAL_CHECK_MSG(ms >= 290 && ms < 5000, "took " << ms << " ms");
     }
+    store->set_str("rank0_done", "1");
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+TEST(Faults, RecvTimesOutNamingThePeer) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    if (me == 1) {
+      store->get("rank0_done");  // never sends
+      return;
+    }
+    float x = 0;
+    OpOptions o;
+    o.timeout = std::chrono::milliseconds(300);
+    auto t0 = mono_ns();
+    auto err = capture([&] { c->recv(&x, 1, DataType::kFloat32, 1, 5, o)->wait(); });
+    double ms = (mono_ns() - t0) / 1e6;
+    SHOAL_CHECK(err != nullptr);
+    if (err) {
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
+      SHOAL_CHECK_MSG(message(err).find("rank 1") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(message(err).find("tag 5") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(ms >= 290 && ms < 5000, "took " << ms << " ms");
+    }
+    // The communicator is broken now: later operations fail at once.
+    SHOAL_CHECK(capture([&] { c->barrier()->wait(); }) != nullptr);
     store->set_str("rank0_done", "1");
   });
   EXPECT_EQ(test::failures(res), "");
