@@ -1,5 +1,5 @@
 # shoal — the two commands: `make demo` and `make test` (each sets itself up).
-.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-netbed test-asan demo demo-perf bench clean
+.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-netbed test-asan test-fuzz demo demo-perf bench clean
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -47,7 +47,30 @@ test-netbed: build
 test-asan: build-asan
 	cd $(ASAN_BUILD) && SHOAL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1
 
-test: test-cpp test-launcher test-python test-netbed test-asan
+test: test-cpp test-launcher test-python test-netbed test-asan test-fuzz
+
+# The fuzzers (tests/fuzz, libFuzzer + AddressSanitizer, clang): each runs for
+# FUZZ_SECONDS on a scratch copy of its committed seed corpus; a crash, leak or
+# sanitizer report fails the target (the input is kept as build-fuzz/<name>-crash-*).
+# docs/security.md has the results of longer runs.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 30
+FUZZERS      := fuzz_tcp_handshake fuzz_tcp_stream fuzz_store_server
+
+$(FUZZ_BUILD)/build.ninja: | setup
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=address \
+	  -DSHOAL_BUILD_FUZZERS=ON -DSHOAL_BUILD_TESTS=OFF -DSHOAL_BUILD_BENCH=OFF > $(FUZZ_BUILD).configure.log 2>&1 || \
+	  { cat $(FUZZ_BUILD).configure.log; exit 1; }
+
+test-fuzz: setup $(FUZZ_BUILD)/build.ninja
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZERS)
+	@for f in $(FUZZERS); do \
+	  rm -rf $(FUZZ_BUILD)/corpus/$$f && mkdir -p $(FUZZ_BUILD)/corpus/$$f || exit 1; \
+	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_BUILD)/bin/$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -close_fd_mask=2 \
+	    -artifact_prefix=$(FUZZ_BUILD)/$$f- $(FUZZ_BUILD)/corpus/$$f tests/fuzz/corpus/$$f > $(FUZZ_BUILD)/$$f.log 2>&1 || \
+	    { tail -n 60 $(FUZZ_BUILD)/$$f.log; echo "test-fuzz: $$f FAILED (log: $(FUZZ_BUILD)/$$f.log)"; exit 1; }; \
+	  echo "test-fuzz: $$f: $$(grep -o 'stat::number_of_executed_units: [0-9]*' $(FUZZ_BUILD)/$$f.log | grep -o '[0-9]*$$') runs in $(FUZZ_SECONDS) s, $$(grep -o 'cov: [0-9]* ft: [0-9]*' $(FUZZ_BUILD)/$$f.log | tail -n 1), no crash"; \
+	done
 
 # The main job: the SageMaker-style DDP script on 2 local workers, via shoalrun.
 demo: build

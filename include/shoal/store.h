@@ -51,6 +51,10 @@ struct TcpStoreOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   // How long a client keeps retrying to connect to a server that is not up yet.
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(10)};
+  // The job's secret in hex (docs/security.md); empty: SHOAL_SECRET when set,
+  // else none. With one, the server accepts only clients that prove it, and
+  // a client only a server that proves it.
+  std::string secret;
 };
 
 // A store served over TCP. The server (is_server) runs an epoll thread owned by

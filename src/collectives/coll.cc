@@ -40,6 +40,7 @@ void Ctx::isend(Request& r, int peer, uint32_t step, const void* buf, size_t byt
   r.fp = fp_;
   r.buf = const_cast<void*>(buf);
   r.len = bytes;
+  note_peer(peer);
   t_.post_send(&r);
 }
 
@@ -50,6 +51,7 @@ void Ctx::irecv(Request& r, int peer, uint32_t step, void* buf, size_t bytes) {
   r.fp = fp_;
   r.buf = buf;
   r.len = bytes;
+  note_peer(peer);
   t_.post_recv(&r);
 }
 

@@ -11,6 +11,7 @@
 //    PREMUL_SUM as SUM on pre-scaled input.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -98,6 +99,9 @@ class Ctx {
   // Which ranks share a host (from the rendezvous).
   const Topology& topology() const { return topo_; }
   void* scratch(size_t bytes, int slot = 0) { return scratch_.get(bytes, slot); }
+  // Notes every peer this collective sends to or receives from in `bits`
+  // (one bit per rank; for the flight recorder). Null: nothing is noted.
+  void note_peers(std::atomic<uint64_t>* bits) { peer_bits_ = bits; }
 
   // Non-blocking: `r` must outlive its completion.
   void isend(Request& r, int peer, uint32_t step, const void* buf, size_t bytes);
@@ -124,6 +128,15 @@ class Ctx {
   Scratch& scratch_;
   const Tuning& tuning_;
   const Topology& topo_;
+  std::atomic<uint64_t>* peer_bits_ = nullptr;
+
+  void note_peer(int peer) {
+    if (!peer_bits_ || peer < 0) return;
+    std::atomic<uint64_t>& w = peer_bits_[peer >> 6];
+    const uint64_t bit = uint64_t{1} << (peer & 63);
+    const uint64_t v = w.load(std::memory_order_relaxed);  // one writer: this thread
+    if (!(v & bit)) w.store(v | bit, std::memory_order_relaxed);
+  }
 };
 
 using AlgoFn = void (*)(Ctx&, const Args&);

@@ -41,7 +41,7 @@ int hex_value(char c) {
 }
 
 // Hex to bytes; false when malformed.
-bool from_hex(std::string_view h, std::vector<uint8_t>* out) {
+bool decode_hex(std::string_view h, std::vector<uint8_t>* out) {
   while (!h.empty() && std::isspace(static_cast<unsigned char>(h.front()))) h.remove_prefix(1);
   while (!h.empty() && std::isspace(static_cast<unsigned char>(h.back()))) h.remove_suffix(1);
   if (h.size() % 2 != 0) return false;
@@ -135,7 +135,7 @@ Secret Secret::random() {
 
 Secret Secret::from_hex(std::string_view hex, const std::string& what) {
   std::vector<uint8_t> b;
-  if (!from_hex(hex, &b)) {
+  if (!decode_hex(hex, &b)) {
     throw InvalidArgument(what + ": not a hex string (make one with: openssl rand -hex 32)");
   }
   if (b.size() < kMinSecretBytes || b.size() > kMaxSecretBytes) {
@@ -223,7 +223,7 @@ std::string Recipient::public_hex() const { return to_hex(impl_->pub.data(), imp
 
 std::string seal(const Secret& secret, std::string_view recipient_public_hex, std::string_view context) {
   std::vector<uint8_t> rpub;
-  if (!from_hex(recipient_public_hex, &rpub) || rpub.size() != kX25519Bytes) {
+  if (!decode_hex(recipient_public_hex, &rpub) || rpub.size() != kX25519Bytes) {
     throw InvalidArgument("not an X25519 public key: '" + std::string(recipient_public_hex.substr(0, 80)) + "'");
   }
   Pkey eph = x25519_generate();
@@ -252,7 +252,7 @@ std::string seal(const Secret& secret, std::string_view recipient_public_hex, st
 
 Secret Recipient::open(std::string_view sealed_hex, std::string_view context) const {
   std::vector<uint8_t> in;
-  if (!from_hex(sealed_hex, &in) || in.size() < kX25519Bytes + kIvBytes + kMinSecretBytes + kTagBytes ||
+  if (!decode_hex(sealed_hex, &in) || in.size() < kX25519Bytes + kIvBytes + kMinSecretBytes + kTagBytes ||
       in.size() > kX25519Bytes + kIvBytes + kMaxSecretBytes + kTagBytes) {
     throw InvalidArgument("the sealed secret is malformed");
   }

@@ -29,6 +29,19 @@ const Knob kKnobs[] = {
      "The job's secret, 32 to 128 hex digits (shoalrun sets it): every connection of the job, the "
      "store's included, proves it (docs/security.md). Unset: rank 0 makes one per communicator and "
      "shares it through the store, which is then not authenticated."},
+    {"SHOAL_DEBUG", "WARN",
+     "What shoal prints on stderr besides warnings: INFO (once per communicator: topology, "
+     "transports, algorithm choices) or TRACE (INFO and one line per operation)."},
+    {"SHOAL_TRACE_BUFFER", "1000",
+     "The flight recorder keeps the last this-many operations per communicator, dumped on a "
+     "timeout, a lost peer, a mismatch or SIGUSR1 (0: off, no dumps, no SIGUSR1 handler)."},
+    {"SHOAL_TRACE_DIR", "/tmp", "Where flight-recorder dumps go: shoal-trace-<comm id>-rank<r>.jsonl."},
+    {"SHOAL_TIMELINE", "",
+     "Write a Chrome/Perfetto trace of every operation to this path (%r: rank, %c: communicator "
+     "name, %p: pid)."},
+    {"SHOAL_STALL_WARN", "60",
+     "Seconds (fractions allowed) a collective may wait before its rank logs which ranks have "
+     "not joined it, and again every as many seconds until it ends (0: off)."},
 };
 
 bool listed(const char* name) {

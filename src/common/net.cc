@@ -414,6 +414,8 @@ std::string hostname() {
   return std::string(buf);
 }
 
+std::string boot_id() { return read_trimmed("/proc/sys/kernel/random/boot_id"); }
+
 std::string host_identity() {
   std::string id = hostname();
   std::string boot = read_trimmed("/proc/sys/kernel/random/boot_id");

@@ -72,5 +72,7 @@ std::string peer_address(int fd);
 // same-host peers; two network namespaces on one kernel count as two hosts.
 std::string hostname();
 std::string host_identity();
+// This kernel's boot id (empty if unknown): equal on every network namespace.
+std::string boot_id();
 
 }  // namespace shoal::net

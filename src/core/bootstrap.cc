@@ -87,6 +87,7 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     std::snprintf(buf, sizeof(buf), "c%llu", static_cast<unsigned long long>(g_comm_counter.fetch_add(1)));
     name = buf;
   }
+  opts.name = name;  // the observer names the communicator in what it writes
   auto scoped = std::make_shared<PrefixStore>("shoal/" + name, store);
   if (opts.advertise_host.empty()) opts.advertise_host = env::get("SHOAL_ADVERTISE_ADDR").value_or("");
   if (opts.advertise_host.empty()) {
@@ -105,6 +106,12 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 std::shared_ptr<Communicator> Communicator::from_env(Options opts) {
   int rank = env_int("RANK", true, 0);
   int size = env_int("WORLD_SIZE", true, 1);
+  // Checked before the store is reached: a rank other than 0 would otherwise
+  // wait for a store that may never come up.
+  if (size < 1) throw InvalidArgument("WORLD_SIZE: must be at least 1, got " + std::to_string(size));
+  if (rank >= size) {
+    throw InvalidArgument("RANK: " + std::to_string(rank) + " is out of range for WORLD_SIZE " + std::to_string(size));
+  }
   const char* addr = std::getenv("MASTER_ADDR");
   int port = env_int("MASTER_PORT", false, 29500);
   if (port <= 0 || port > 65535) throw InvalidArgument("MASTER_PORT: " + std::to_string(port) + " is not a port");

@@ -2,6 +2,7 @@
 // them before anything is queued, so bad input never reaches the wire) and
 // enqueueing.
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <sstream>
 
@@ -35,11 +36,46 @@ class Checker {
       fail("op", "unknown value " + std::to_string(static_cast<int>(op)));
     }
     const char* why = nullptr;
-    if (!kernels::supported(dt, op, &why)) fail("op", why ? why : "not supported for this dtype");
+    if (!kernels::supported(dt, op, &why)) {
+      std::string w = why ? why : "not supported for this dtype";
+      if (w.rfind("op: ", 0) == 0) w.erase(0, 4);  // the kernels' reason names the argument already
+      fail("op", w);
+    }
     if (op == ReduceOp::kPremulSum && !is_floating(dt)) {
       fail("op", "premul_sum needs a floating dtype, got " + std::string(dtype_name(dt)));
     }
     if (op == ReduceOp::kAvg && dt == DataType::kBool) fail("op", "avg is not defined for bool");
+  }
+  // `count` elements of dt, `blocks` times over, must fit in memory (a
+  // negative count cast to size_t is the usual way to get past that).
+  void count(const char* arg, size_t count, size_t blocks, DataType dt) const {
+    if (count > 0 && blocks > 0 && count > kMaxBytes / dtype_size(dt) / blocks) {
+      fail(arg, std::to_string(count) + " elements of " + std::string(dtype_name(dt)) +
+                    (blocks > 1 ? " for each of " + std::to_string(blocks) + " ranks" : "") +
+                    " is more than any buffer can hold");
+    }
+  }
+  // So must their sum (the packed layout), and each block's end when
+  // displacements are given.
+  void counts(const char* arg, const std::vector<size_t>& v, DataType dt) const {
+    size_t sum = 0;
+    for (size_t c : v) {
+      if (c > kMaxBytes / dtype_size(dt) - sum) {
+        fail(arg, "the entries add up to more elements of " + std::string(dtype_name(dt)) +
+                      " than any buffer can hold");
+      }
+      sum += c;
+    }
+  }
+  void ends(const char* arg, const std::vector<size_t>& counts, const std::vector<size_t>& displs,
+            DataType dt) const {
+    const size_t max = kMaxBytes / dtype_size(dt);
+    for (size_t i = 0; i < counts.size() && i < displs.size(); ++i) {
+      if (displs[i] > max || counts[i] > max - displs[i]) {
+        fail(arg, "entry " + std::to_string(i) + " (" + std::to_string(displs[i]) + ") plus its count (" +
+                      std::to_string(counts[i]) + ") is more than any buffer can hold");
+      }
+    }
   }
   void root(int root, int size) const {
     if (root < 0 || root >= size) {
@@ -60,6 +96,7 @@ class Checker {
   }
 
  private:
+  static constexpr size_t kMaxBytes = static_cast<size_t>(PTRDIFF_MAX);
   int rank_;
   Coll coll_;
 };
@@ -127,6 +164,7 @@ WorkPtr Communicator::allreduce(const void* send, void* recv, size_t count, Data
                                 const OpOptions& o) {
   Checker ck(rank(), Coll::kAllreduce);
   ck.dtype(dt);
+  ck.count("count", count, 1, dt);
   ck.reduce_op(dt, op, o.scale);
   ck.buffer("send", send, count);
   ck.buffer("recv", recv, count);
@@ -140,6 +178,7 @@ WorkPtr Communicator::allreduce(const void* send, void* recv, size_t count, Data
 WorkPtr Communicator::broadcast(void* buf, size_t count, DataType dt, int root, const OpOptions& o) {
   Checker ck(rank(), Coll::kBroadcast);
   ck.dtype(dt);
+  ck.count("count", count, 1, dt);
   ck.root(root, size());
   ck.buffer("buf", buf, count);
   auto p = make_op(Coll::kBroadcast, o);
@@ -152,6 +191,7 @@ WorkPtr Communicator::reduce(const void* send, void* recv, size_t count, DataTyp
                              int root, const OpOptions& o) {
   Checker ck(rank(), Coll::kReduce);
   ck.dtype(dt);
+  ck.count("count", count, 1, dt);
   ck.reduce_op(dt, op, o.scale);
   ck.root(root, size());
   ck.buffer("send", send, count);
@@ -170,6 +210,7 @@ WorkPtr Communicator::allgather(const void* send, void* recv, size_t count, Data
                                 const OpOptions& o) {
   Checker ck(rank(), Coll::kAllgather);
   ck.dtype(dt);
+  ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.buffer("send", send, count);
   ck.buffer("recv", recv, count * size());
   const size_t es = dtype_size(dt);
@@ -186,13 +227,18 @@ WorkPtr Communicator::allgatherv(const void* send, void* recv, std::vector<size_
   Checker ck(rank(), Coll::kAllgatherv);
   ck.dtype(dt);
   ck.vec("recv_counts", recv_counts, size());
+  ck.counts("recv_counts", recv_counts, dt);
   displs = displacements(ck, "displs", recv_counts, std::move(displs), size());
+  ck.ends("displs", recv_counts, displs, dt);
   const size_t mine = recv_counts[rank()];
+  const size_t ext = extent(recv_counts, displs);
   ck.buffer("send", send, mine);
-  ck.buffer("recv", recv, extent(recv_counts, displs));
+  ck.buffer("recv", recv, ext);
   auto p = make_op(Coll::kAllgatherv, o);
   const size_t es = dtype_size(dt);
   const char* own = static_cast<const char*>(recv) + displs[rank()] * es;
+  // In place: send is this rank's block of recv (or recv itself).
+  if (send != recv && send != own) ck.no_overlap(send, mine * es, recv, ext * es);
   p->args = coll::Args{send == own ? recv : send, recv, mine, dt};
   p->counts = std::move(recv_counts);
   p->displs = std::move(displs);
@@ -203,6 +249,7 @@ WorkPtr Communicator::reduce_scatter(const void* send, void* recv, size_t count,
                                      ReduceOp op, const OpOptions& o) {
   Checker ck(rank(), Coll::kReduceScatter);
   ck.dtype(dt);
+  ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.reduce_op(dt, op, o.scale);
   ck.buffer("send", send, count * size());
   ck.buffer("recv", recv, count);
@@ -223,6 +270,7 @@ WorkPtr Communicator::reduce_scatterv(const void* send, void* recv, std::vector<
   ck.dtype(dt);
   ck.reduce_op(dt, op, o.scale);
   ck.vec("recv_counts", recv_counts, size());
+  ck.counts("recv_counts", recv_counts, dt);
   auto displs = displacements(ck, "displs", recv_counts, {}, size());
   const size_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
   ck.buffer("send", send, total);
@@ -244,6 +292,7 @@ WorkPtr Communicator::alltoall(const void* send, void* recv, size_t count, DataT
                                const OpOptions& o) {
   Checker ck(rank(), Coll::kAlltoall);
   ck.dtype(dt);
+  ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.buffer("send", send, count * size());
   ck.buffer("recv", recv, count * size());
   const size_t bytes = count * dtype_size(dt) * size();
@@ -261,8 +310,12 @@ WorkPtr Communicator::alltoallv(const void* send, std::vector<size_t> send_count
   ck.dtype(dt);
   ck.vec("send_counts", send_counts, size());
   ck.vec("recv_counts", recv_counts, size());
+  ck.counts("send_counts", send_counts, dt);
+  ck.counts("recv_counts", recv_counts, dt);
   send_displs = displacements(ck, "send_displs", send_counts, std::move(send_displs), size());
   recv_displs = displacements(ck, "recv_displs", recv_counts, std::move(recv_displs), size());
+  ck.ends("send_displs", send_counts, send_displs, dt);
+  ck.ends("recv_displs", recv_counts, recv_displs, dt);
   const size_t es = dtype_size(dt);
   const size_t sext = extent(send_counts, send_displs), rext = extent(recv_counts, recv_displs);
   ck.buffer("send", send, sext);
@@ -285,6 +338,7 @@ WorkPtr Communicator::gather(const void* send, void* recv, size_t count, DataTyp
                              const OpOptions& o) {
   Checker ck(rank(), Coll::kGather);
   ck.dtype(dt);
+  ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.root(root, size());
   ck.buffer("send", send, count);
   const size_t es = dtype_size(dt);
@@ -304,6 +358,7 @@ WorkPtr Communicator::scatter(const void* send, void* recv, size_t count, DataTy
                               const OpOptions& o) {
   Checker ck(rank(), Coll::kScatter);
   ck.dtype(dt);
+  ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.root(root, size());
   ck.buffer("recv", recv, count);
   const size_t es = dtype_size(dt);
@@ -328,6 +383,7 @@ WorkPtr Communicator::send(const void* buf, size_t count, DataType dt, int peer,
                            const OpOptions& o) {
   Checker ck(rank(), Coll::kSend);
   ck.dtype(dt);
+  ck.count("count", count, 1, dt);
   ck.buffer("buf", buf, count);
   if (peer < 0 || peer >= size() || peer == rank()) {
     ck.fail("peer", std::to_string(peer) + " is not another rank of " + std::to_string(size()));
@@ -344,6 +400,7 @@ WorkPtr Communicator::recv(void* buf, size_t count, DataType dt, int peer, int64
                            const OpOptions& o) {
   Checker ck(rank(), Coll::kRecv);
   ck.dtype(dt);
+  ck.count("count", count, 1, dt);
   ck.buffer("buf", buf, count);
   if (peer != kAnySource && (peer < 0 || peer >= size() || peer == rank())) {
     ck.fail("peer", std::to_string(peer) + " is not another rank of " + std::to_string(size()));

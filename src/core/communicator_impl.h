@@ -16,6 +16,7 @@
 
 #include "collectives/coll.h"
 #include "collectives/registry.h"
+#include "core/observer.h"
 #include "shoal/communicator.h"
 #include "transport/hybrid_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -36,6 +37,8 @@ struct Op {
   int peer = 0;
   int64_t tag = 0;
   std::unique_ptr<transport::Request> req;
+  transport::Clock::time_point deadline;  // point-to-point: when it times out
+  core::OpTrace trace;                    // the observer's (flight recorder, timeline)
 };
 
 class CommunicatorImpl;
@@ -88,6 +91,7 @@ class CommunicatorImpl {
   std::exception_ptr on_lost(int peer, const std::string& detail);
   transport::tcp::PeerAddress lookup(int peer);
   const coll::Topology& topology();
+  core::ObserverConfig observer_config(uint64_t id, const std::string& shm_mode);  // core/observer.cc
 
   std::shared_ptr<Store> store_;  // prefixed with this communicator's name
   coll::Tuning tuning_;
@@ -108,6 +112,8 @@ class CommunicatorImpl {
   std::exception_ptr broken_;              // GUARDED_BY(mu_)
   std::atomic<bool> busy_{false};
   int spin_us_ = 0;  // busy-poll budget of a caller driving inline
+  bool spin_auto_ = false;  // spin_us_ was derived, not set: topology may revise it
+  std::unique_ptr<core::Observer> observer_;  // set before the executor starts
   std::thread executor_;
 };
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/auth.h"
 #include "common/env.h"
 #include "core/communicator_impl.h"
 #include "core/errors.h"
@@ -107,6 +108,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     spin = local <= cores ? 200 : 0;
   }
+  spin_auto_ = opts_.spin_us < 0 && !env::get_int("SHOAL_SPIN_US");
   spin_us_ = spin;
   t.socket_buffer = static_cast<int>(env::get_int("SHOAL_SOCKET_BUFFER").value_or(4 << 20));
   t.connect_timeout = opts_.timeout;
@@ -138,6 +140,25 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   } else {
     t.job = std::stoull(store_->get_str("uid"));
   }
+  // The job's secret, which every connection proves (docs/security.md):
+  // SHOAL_SECRET, else one that rank 0 makes for this communicator and shares
+  // through the store (which then guards it no better than the store itself).
+  t.secret = auth::Secret::from_env();
+  const std::string kFromEnv = "SHOAL_SECRET";
+  if (rank_ == 0) {
+    const bool from_env = !t.secret.empty();
+    if (!from_env) t.secret = auth::Secret::random();
+    store_->set_str("secret", from_env ? kFromEnv : t.secret.hex());
+  } else {
+    std::string shared = store_->get_str("secret");
+    if ((shared == kFromEnv) != !t.secret.empty()) {
+      throw InvalidArgument(std::string("SHOAL_SECRET: set on ") + (t.secret.empty() ? "rank 0" : "this rank") +
+                            " but not on " + (t.secret.empty() ? "this rank" : "rank 0") +
+                            "; every rank of a job needs the same one");
+    }
+    if (t.secret.empty()) t.secret = auth::Secret::from_hex(shared, "the communicator's secret in the store");
+  }
+  auth::Secret secret = t.secret;
   std::string host = opts_.advertise_host;
   t.bind_host = host;
   uint64_t job = t.job;
@@ -156,6 +177,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     so.rank = rank_;
     so.size = size_;
     so.job = job;
+    so.secret = secret;
     so.cma_bytes = shm_mode == "copy" ? 0 : so.cma_bytes;
     so.peer_name = [this](int peer) { return lookup(peer).hostname; };
     so.is_local = [this](int peer) { return transport_->is_local(peer); };
@@ -172,6 +194,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     store_->set_str("addr/" + std::to_string(rank_), host + " " + std::to_string(tcp_->listen_port()) +
                                                          " " + net::hostname() + " " + host_id_);
   }
+  observer_ = std::make_unique<core::Observer>(observer_config(job, shm_mode));
   driver_->impl = this;
   executor_ = std::thread([this] { run(); });
 }
@@ -207,6 +230,14 @@ const coll::Topology& CommunicatorImpl::topology() {
   std::vector<std::string> ids(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) ids[static_cast<size_t>(r)] = r == rank_ ? host_id_ : lookup(r).host_id;
   topo_ = coll::patterns::make_topology(ids);
+  if (spin_auto_) {
+    // Spinning pays only while every rank of this machine has a core. Ranks in
+    // other network namespaces of the same kernel count too (same boot id).
+    std::string boot = net::boot_id();
+    int here = 0;
+    for (const auto& id : ids) here += boot.empty() ? id == host_id_ : id.find(boot) != std::string::npos;
+    if (here > sysconf(_SC_NPROCESSORS_ONLN)) spin_us_ = 0;
+  }
   return topo_;
 }
 
@@ -277,6 +308,7 @@ WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
     if (op->coll != Coll::kSend && op->coll != Coll::kRecv) op->seq = next_seq_++;
     op->work = std::make_shared<Work>(op->seq);
     op->work->set_helper([d = driver_] { return d->help(); });
+    observer_->enqueued(*op);
     w = op->work;
     queue_.push_back(std::move(op));
   }
@@ -286,7 +318,11 @@ WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
 }
 
 void CommunicatorImpl::fail_all(std::exception_ptr cause) {
-  for (auto& op : inflight_p2p_) op->work->finish(core::with_context(cause, prefix(*op)));
+  observer_->broke(cause);  // dumps the flight recorder before anyone sees the error (not for aborts)
+  for (auto& op : inflight_p2p_) {
+    observer_->finished(*op, cause);
+    op->work->finish(core::with_context(cause, prefix(*op)));
+  }
   inflight_p2p_.clear();
 }
 
@@ -390,14 +426,26 @@ void CommunicatorImpl::progress_p2p(Clock::time_point until) {
 }
 
 void CommunicatorImpl::reap_p2p() {
+  const auto now = Clock::now();
   for (auto it = inflight_p2p_.begin(); it != inflight_p2p_.end();) {
     Op& op = **it;
     if (op.req->complete) {
+      observer_->finished(op, nullptr);
       op.work->finish(nullptr, op.req->source);
       it = inflight_p2p_.erase(it);
-    } else {
-      ++it;
+      continue;
     }
+    if (now >= op.deadline) {
+      // Like a collective's timeout: the transport is broken (the message may
+      // be half sent) and the cause is published for the other ranks.
+      transport::Request* one[1] = {op.req.get()};
+      transport_->abort(std::make_exception_ptr(
+          TimeoutError("shoal rank " + std::to_string(rank_) + ": " + std::string(coll::coll_name(op.coll)) +
+                       " (tag " + std::to_string(op.tag) + ") timed out waiting for " +
+                       transport_->pending_summary(one, 1))));
+      transport_->poll();  // throws the cause, after publishing it
+    }
+    ++it;
   }
 }
 
@@ -408,14 +456,17 @@ void CommunicatorImpl::execute(Op& op) {
     broken = broken_;
   }
   if (broken) {
+    observer_->finished(op, broken);
     op.work->finish(core::with_context(broken, prefix(op)));
     return;
   }
+  observer_->started(op);
   try {
     if (op.coll == Coll::kSend || op.coll == Coll::kRecv) {
       post_p2p(op);
     } else {
       run_collective(op);
+      observer_->finished(op, nullptr);
       op.work->finish(nullptr);
     }
     reap_p2p();
@@ -431,6 +482,8 @@ void CommunicatorImpl::execute(Op& op) {
       } catch (...) {
       }
     }
+    observer_->finished(op, e);
+    observer_->broke(e);
     op.work->finish(core::with_context(e, prefix(op)));
     fail_all(e);
   }
@@ -459,6 +512,11 @@ void CommunicatorImpl::post_p2p(Op& op) {
   owned->seq = op.seq;
   owned->work = op.work;
   owned->req = std::move(op.req);
+  owned->peer = op.peer;
+  owned->tag = op.tag;
+  owned->args = op.args;
+  owned->trace = op.trace;
+  owned->deadline = Clock::now() + (op.opts.timeout.count() > 0 ? op.opts.timeout : opts_.timeout);
   inflight_p2p_.push_back(std::move(owned));
 }
 
@@ -513,6 +571,7 @@ void CommunicatorImpl::run_collective(Op& op) {
   const coll::Topology& topo = topology();
   if (!op.algo) op.algo = &coll::select(op.coll, a, size_, overrides_, topo);
   coll::Ctx ctx(*transport_, op.seq, fp, Clock::now() + timeout, scratch_, tuning_, topo);
+  observer_->running(op, ctx);
   op.algo->fn(ctx, a);
 
   if (is_reducing(op.coll) && op.user_op == ReduceOp::kAvg) {

@@ -6,6 +6,9 @@
 // then drops the parked request) and reconnects on the next call, so a late
 // reply can never be mistaken for the next request's. A lost connection is
 // final: that call and every later one throw StoreError with the first cause.
+// Every connection starts with the handshake of store_protocol.h (the job's
+// secret, when there is one, proved both ways); a failed one is a StoreError
+// that says why.
 #include <unistd.h>
 
 #include <atomic>
@@ -72,6 +75,7 @@ std::string keys_text(const std::vector<std::string>& keys) {
 
 struct TcpStore::Impl {
   TcpStoreOptions opts;
+  auth::Secret secret;  // the job's (options, else SHOAL_SECRET); may be empty
   std::string connect_host;
   uint16_t port = 0;
   std::string addr;  // "host:port", for messages
@@ -99,6 +103,37 @@ struct TcpStore::Impl {
       throw TimeoutError("store: could not reach the store at " + addr + " (" + e.what() + ")");
     } catch (const Error& e) {
       throw StoreError("store: cannot connect to the store at " + addr + " (" + e.what() + ")");
+    }
+    // (Once connected, the handshake gets its own bound, however little of
+    // the connect deadline is left: the server answers at once.)
+    handshake_locked(deadline_after(std::chrono::duration_cast<milliseconds>(store_proto::kHandshakeTimeout)));
+  }
+
+  // The client's side of the handshake (store_protocol.h), on a fresh socket.
+  void handshake_locked(net::Clock::time_point deadline) {
+    auto refuse = [&](const std::string& why) {
+      sock.reset();
+      throw StoreError("store: refusing the store at " + addr + ": " + why);
+    };
+    try {
+      auth::Nonce nonce;
+      const Bytes hello = store_proto::client_hello(secret, &nonce);
+      uint8_t answer[store_proto::kAnswerBytes];
+      if (!net::write_full(sock.get(), hello.data(), hello.size(), deadline) ||
+          !net::read_full(sock.get(), answer, sizeof(answer), deadline)) {
+        refuse("it closed the connection during the handshake (not a shoal store of this release?)");
+      }
+      Bytes proof;
+      const std::string bad = store_proto::check_answer(answer, secret, nonce, &proof);
+      if (!bad.empty()) refuse(bad);
+      if (!proof.empty() && !net::write_full(sock.get(), proof.data(), proof.size(), deadline)) {
+        refuse("it closed the connection during the handshake");
+      }
+    } catch (const TimeoutError&) {
+      refuse("no answer to the handshake within " + std::to_string(store_proto::kHandshakeTimeout.count()) +
+             " s (not a shoal store?)");
+    } catch (const InternalError& e) {
+      refuse(std::string("the handshake failed: ") + e.what());
     }
   }
 
@@ -159,11 +194,12 @@ struct TcpStore::Impl {
 TcpStore::TcpStore(const TcpStoreOptions& opts) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.opts = opts;
+  s.secret = opts.secret.empty() ? auth::Secret::from_env() : auth::Secret::from_hex(opts.secret, "TcpStoreOptions::secret");
   s.timeout_ms = opts.timeout.count();
   s.port = opts.port;
   if (opts.is_server) {
     try {
-      s.server = std::make_unique<detail::StoreServer>(bind_host_for(opts.host), opts.port);
+      s.server = std::make_unique<detail::StoreServer>(bind_host_for(opts.host), opts.port, s.secret);
     } catch (const Error& e) {
       throw StoreError("store: cannot start the server at " + join_host_port(opts.host, opts.port) + " (" +
                        e.what() + ")");

@@ -56,7 +56,7 @@ bool epoll_set(int ep, int op, int fd, uint64_t tag, uint32_t events) {
 
 }  // namespace
 
-StoreServer::StoreServer(const std::string& host, uint16_t port) {
+StoreServer::StoreServer(const std::string& host, uint16_t port, const auth::Secret& secret) : secret_(secret) {
   listen_ = net::listen_tcp(host, port);
   net::set_nonblocking(listen_.get(), true);
   port_ = net::bound_port(listen_.get());
@@ -86,7 +86,7 @@ StoreServer::~StoreServer() {
 void StoreServer::run() noexcept {
   epoll_event evs[64];
   while (!stop_.load(std::memory_order_acquire)) {
-    int n = ::epoll_wait(epoll_.get(), evs, 64, -1);
+    int n = ::epoll_wait(epoll_.get(), evs, 64, expire_handshakes());
     if (n < 0) {
       if (errno == EINTR) continue;
       std::fprintf(stderr, "[shoal] store server on port %u: epoll_wait failed: %s; serving stops\n",
@@ -140,8 +140,59 @@ void StoreServer::accept_all() {
     }
     const uint64_t id = next_id_++;
     if (!epoll_set(epoll_.get(), EPOLL_CTL_ADD, c.get(), id, EPOLLIN | EPOLLRDHUP)) continue;
-    conns_[id].fd = std::move(c);
+    Conn& conn = conns_[id];
+    try {
+      conn.from = net::peer_address(c.get());
+    } catch (const Error&) {
+      conn.from = "?";
+    }
+    conn.fd = std::move(c);
+    conn.hs = store_proto::ServerHandshake(&secret_);
+    handshakes_.emplace_back(std::chrono::steady_clock::now() + store_proto::kHandshakeTimeout, id);
   }
+}
+
+void StoreServer::reject(const Conn& c, const std::string& why) {
+  std::fprintf(stderr, "[shoal] store server on port %u: rejected a connection from %s: %s\n",
+               static_cast<unsigned>(port_), c.from.c_str(), why.c_str());
+}
+
+// Closes connections whose handshake ran out of time; returns how long
+// epoll may sleep until the next deadline (-1: none pending).
+int StoreServer::expire_handshakes() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!handshakes_.empty()) {
+    auto [deadline, id] = handshakes_.front();
+    Conn* c = find(id);
+    if (c == nullptr || c->hs.done()) {
+      handshakes_.pop_front();
+      continue;
+    }
+    if (deadline > now) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+      return static_cast<int>(std::min<int64_t>(ms, 60000));
+    }
+    reject(*c, "no complete handshake within " + std::to_string(store_proto::kHandshakeTimeout.count()) + " s");
+    handshakes_.pop_front();
+    close_conn(id);
+  }
+  return -1;
+}
+
+// Runs the handshake on what the connection sent; true once it is done (and
+// requests may be parsed), false while it needs more or after closing it.
+bool StoreServer::shake(uint64_t id, Conn& c) {
+  size_t used = 0;
+  std::string why;
+  const auto step = c.hs.feed(c.in.data() + c.in_pos, c.in_len - c.in_pos, &used, &c.out, &why);
+  c.in_pos += used;
+  if (step == store_proto::ServerHandshake::Step::kRefuse) {
+    reject(c, why);
+    if (flush(id, c)) close_conn(id);  // the answer says why, where it is due
+    return false;
+  }
+  if (!flush(id, c)) return false;
+  return step == store_proto::ServerHandshake::Step::kDone;
 }
 
 StoreServer::Conn* StoreServer::find(uint64_t id) {
@@ -159,6 +210,14 @@ void StoreServer::on_event(uint64_t id, uint32_t events) {
       case ReadResult::kDrop: close_conn(id); return;
       case ReadResult::kEof:
         pump(id);  // apply what arrived before the close; replies may not be deliverable
+        if (Conn* gone = find(id); gone != nullptr && !gone->hs.done()) {
+          if (gone->hs.answered()) {
+            reject(*gone, "it closed the connection during the handshake (it refused this store's proof: a "
+                          "different SHOAL_SECRET, or none?)");
+          } else if (gone->in_len > gone->in_pos) {
+            reject(*gone, "it closed the connection before finishing its hello");
+          }
+        }
         close_conn(id);
         return;
     }
@@ -181,7 +240,11 @@ StoreServer::ReadResult StoreServer::read_some(Conn& c) {
       c.in_pos = 0;
       c.in_len = unparsed;
     }
-    const size_t want = std::min(kReadChunk, kMaxBuffered - unparsed);
+    size_t want = std::min(kReadChunk, kMaxBuffered - unparsed);
+    if (!c.hs.done()) {  // a stranger gets no buffer beyond the handshake's bytes
+      want = std::min(want, c.hs.wanted() > unparsed ? c.hs.wanted() - unparsed : 0);
+      if (want == 0) break;
+    }
     if (c.in.size() < c.in_len + want) c.in.resize(c.in_len + want);
     ssize_t r = ::recv(c.fd.get(), c.in.data() + c.in_len, want, MSG_DONTWAIT);
     if (r > 0) {
@@ -256,17 +319,22 @@ void StoreServer::pump(uint64_t id) {
     Conn* c = find(id);
     if (c == nullptr) return;
     if (c->parked != Parked::kNone || c->sending()) return;
-    const size_t avail = c->in_len - c->in_pos;
-    if (avail < store_proto::kFrameHeader) break;
-    const uint32_t len = store_proto::get_u32_at(c->in.data() + c->in_pos);
-    if (len == 0 || len > store_proto::kMaxBody) {
+    if (!c->hs.done()) {
+      if (!shake(id, *c)) return;
+      continue;
+    }
+    const uint8_t* body = nullptr;
+    size_t len = 0, used = 0;
+    const auto st = store_proto::next_frame(c->in.data() + c->in_pos, c->in_len - c->in_pos, &body, &len, &used);
+    if (st == store_proto::FrameStatus::kBad) {
       close_conn(id);
       return;
     }
-    if (avail - store_proto::kFrameHeader < len) break;
-    store_proto::Reader r(c->in.data() + c->in_pos + store_proto::kFrameHeader, len);
-    c->in_pos += store_proto::kFrameHeader + len;
-    if (!handle(id, *c, r)) {
+    if (st == store_proto::FrameStatus::kNeedMore) break;
+    store_proto::Request req;
+    const bool ok = store_proto::parse_request(body, len, &req);
+    c->in_pos += used;
+    if (!ok || !handle(id, *c, req)) {
       close_conn(id);
       return;
     }
@@ -279,25 +347,21 @@ void StoreServer::pump(uint64_t id) {
   }
 }
 
-// Executes one request. Returns false when it is malformed (the caller closes
-// the connection). Replies are appended to c.out; the caller flushes them.
-bool StoreServer::handle(uint64_t id, Conn& c, store_proto::Reader& r) {
-  using store_proto::kMaxKey;
-  const auto cmd = static_cast<Cmd>(r.u8());
-  switch (cmd) {
+// Executes one parsed request (store_proto::parse_request). Returns false
+// when the connection must close. Replies are appended to c.out; the caller
+// flushes them. `req` views c.in: copy what must outlive the call.
+bool StoreServer::handle(uint64_t id, Conn& c, const store_proto::Request& req) {
+  switch (req.cmd) {
     case Cmd::kSet: {
-      std::string key(r.str(kMaxKey));
-      std::string_view value = r.str(store_proto::kMaxValue);
-      if (!r.done()) return false;
-      const auto* v = reinterpret_cast<const uint8_t*>(value.data());
-      data_[key] = std::make_shared<const Bytes>(v, v + value.size());
+      std::string key(req.key);
+      const auto* v = reinterpret_cast<const uint8_t*>(req.value.data());
+      data_[key] = std::make_shared<const Bytes>(v, v + req.value.size());
       reply_ok(&c.out);
       notify(key);
       return true;
     }
     case Cmd::kGet: {
-      std::string key(r.str(kMaxKey));
-      if (!r.done()) return false;
+      std::string key(req.key);
       if (auto it = data_.find(key); it != data_.end()) {
         reply_value(c, it->second);
       } else {
@@ -307,9 +371,8 @@ bool StoreServer::handle(uint64_t id, Conn& c, store_proto::Reader& r) {
       return true;
     }
     case Cmd::kAdd: {
-      std::string key(r.str(kMaxKey));
-      const int64_t delta = r.i64();
-      if (!r.done()) return false;
+      std::string key(req.key);
+      const int64_t delta = req.delta;
       int64_t cur = 0;
       if (auto it = data_.find(key); it != data_.end()) {
         const char* b = reinterpret_cast<const char*>(it->second->data());
@@ -336,16 +399,12 @@ bool StoreServer::handle(uint64_t id, Conn& c, store_proto::Reader& r) {
     }
     case Cmd::kCheck:
     case Cmd::kWait: {
-      const uint32_t n = r.u32();
-      if (n > store_proto::kMaxKeys) return false;
       std::vector<std::string> missing;
       std::unordered_set<std::string_view> seen;
-      for (uint32_t i = 0; i < n && r.ok(); ++i) {
-        std::string_view key = r.str(kMaxKey);
-        if (r.ok() && !data_.count(std::string(key)) && seen.insert(key).second) missing.emplace_back(key);
+      for (std::string_view key : req.keys) {
+        if (!data_.count(std::string(key)) && seen.insert(key).second) missing.emplace_back(key);
       }
-      if (!r.done()) return false;
-      if (cmd == Cmd::kCheck) {
+      if (req.cmd == Cmd::kCheck) {
         reply_u8(&c.out, missing.empty());
       } else if (missing.empty()) {
         reply_ok(&c.out);
@@ -355,13 +414,11 @@ bool StoreServer::handle(uint64_t id, Conn& c, store_proto::Reader& r) {
       return true;
     }
     case Cmd::kDelete: {
-      std::string key(r.str(kMaxKey));
-      if (!r.done()) return false;
-      reply_u8(&c.out, data_.erase(key) > 0);
+      reply_u8(&c.out, data_.erase(std::string(req.key)) > 0);
       return true;
     }
   }
-  return false;  // unknown command
+  return false;  // unknown command (parse_request refuses those)
 }
 
 void StoreServer::park(uint64_t id, Conn& c, Parked kind, std::vector<std::string> missing_keys) {

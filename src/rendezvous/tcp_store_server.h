@@ -4,11 +4,16 @@
 // and every client connection. All store state (the key-value map, parked
 // GET/WAIT requests, per-connection buffers) is touched only by the thread, so
 // it needs no lock. Non-blocking throughout: a slow or vanished client never
-// stalls the others. Protocol: store_protocol.h.
+// stalls the others. Protocol: store_protocol.h. A connection is served only
+// once its handshake is done (the job's secret proved both ways when the
+// server has one); one that fails it, or does not finish it within
+// kHandshakeTimeout, is closed and logged on stderr with its address.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -26,7 +31,8 @@ class StoreServer {
  public:
   // Listens on host:port ("" = every interface; port 0 = ephemeral) and starts
   // the thread. Throws the net errors if the address cannot be bound.
-  StoreServer(const std::string& host, uint16_t port);
+  // `secret`: the job's, which every client must prove (empty: none).
+  StoreServer(const std::string& host, uint16_t port, const auth::Secret& secret);
   // Stops the thread and closes every socket; clients see their connection
   // close. Never throws.
   ~StoreServer();
@@ -39,6 +45,8 @@ class StoreServer {
   enum class Parked : uint8_t { kNone, kGet, kWait };
   struct Conn {
     net::Fd fd;
+    std::string from;  // the client's address, for messages
+    store_proto::ServerHandshake hs{nullptr};
     Bytes in;             // in[in_pos, in_len) is received, not yet parsed
     size_t in_pos = 0;
     size_t in_len = 0;
@@ -61,7 +69,10 @@ class StoreServer {
   ReadResult read_some(Conn& c);
   bool flush(uint64_t id, Conn& c);
   void pump(uint64_t id);
-  bool handle(uint64_t id, Conn& c, store_proto::Reader& r);
+  bool shake(uint64_t id, Conn& c);
+  void reject(const Conn& c, const std::string& why);
+  int expire_handshakes();  // returns the epoll timeout until the next deadline
+  bool handle(uint64_t id, Conn& c, const store_proto::Request& req);
   void park(uint64_t id, Conn& c, Parked kind, std::vector<std::string> missing_keys);
   void notify(const std::string& key);
   void reply_value(Conn& c, std::shared_ptr<const Bytes> v);
@@ -72,6 +83,7 @@ class StoreServer {
   net::Fd epoll_;
   net::Fd wake_;  // eventfd: written by the destructor to stop the thread
   uint16_t port_ = 0;
+  auth::Secret secret_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 
@@ -84,6 +96,8 @@ class StoreServer {
   std::unordered_map<std::string, std::shared_ptr<const Bytes>> data_;
   std::unordered_map<std::string, std::unordered_set<uint64_t>> waiters_;  // key -> parked conns
   std::vector<uint64_t> to_pump_;  // connections woken by notify(), parsed after the current event
+  // Connections mid-handshake, by deadline (accept order); stale entries are skipped.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> handshakes_;
 };
 
 }  // namespace shoal::detail

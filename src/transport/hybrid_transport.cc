@@ -64,6 +64,7 @@ std::exception_ptr HybridTransport::broken() const {
 }
 
 void HybridTransport::abort(std::exception_ptr cause) {
+  broken_flag_.store(true, std::memory_order_release);
   net_->abort(cause);
   if (local_) local_->abort(cause);
   wake();
@@ -72,6 +73,7 @@ void HybridTransport::abort(std::exception_ptr cause) {
 void HybridTransport::fail(std::exception_ptr cause) {
   // Each child publishes (first cause wins) and shuts its connections when
   // it next runs on this thread.
+  broken_flag_.store(true, std::memory_order_release);
   net_->abort(cause);
   if (local_) local_->abort(cause);
   try {
@@ -88,6 +90,7 @@ void HybridTransport::fail(std::exception_ptr cause) {
 }
 
 void HybridTransport::check_broken() {
+  if (!broken_flag_.load(std::memory_order_acquire)) return;
   if (auto e = broken()) fail(e);
 }
 

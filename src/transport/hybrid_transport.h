@@ -13,6 +13,7 @@
 // same cause, so that every peer of this rank sees it go.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -75,6 +76,9 @@ class HybridTransport final : public Transport {
   mutable std::vector<int8_t> local_cache_;  // -1 unknown, 0 net, 1 local
   std::vector<Request*> any_pending_;        // any-source receives posted to both
   bool net_active_ = false;                  // something was routed to net
+  // Set by abort() (any thread) and fail(): the cheap test of check_broken().
+  // A child that fails on its own does so on the driving thread, by throwing.
+  std::atomic<bool> broken_flag_{false};
   unsigned polls_ = 0;
   int spin_us_ = 0;
   net::Fd epoll_fd_;

@@ -1,10 +1,11 @@
 """Runs a multi-process torch.distributed job for the tests.
 
 ``run_job(suite, world_size)`` starts `world_size` processes of
-``tests/python/worker.py SUITE`` with RANK / WORLD_SIZE / LOCAL_RANK /
-MASTER_ADDR / MASTER_PORT set (as torchrun and shoalrun do), waits for all of
-them and returns their outputs. A rank that fails makes the others be killed
-at once (they would wait for it forever). Every rank prints one line
+``tests/python/worker.py SUITE`` (or of the script ``worker=``) with RANK /
+WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT set (as torchrun and
+shoalrun do), waits for all of them and returns their outputs. A rank that
+fails makes the others be killed at once (they would wait for it forever).
+Every rank prints one line
 ``RESULT <json>`` with its checks' outcomes.
 """
 
@@ -31,7 +32,7 @@ class JobError(AssertionError):
     pass
 
 
-def run_job(suite, world_size, *, timeout=180, env=None, args=()):
+def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER):
     port = free_port()
     procs, outs = [], []
     for r in range(world_size):
@@ -43,7 +44,7 @@ def run_job(suite, world_size, *, timeout=180, env=None, args=()):
         e.update(env or {})
         log = open(f"/tmp/shoal-test-{os.getpid()}-{suite}-{world_size}-{r}.log", "w+")
         outs.append(log)
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), suite, *args], env=e,
+        procs.append(subprocess.Popen([sys.executable, str(worker), suite, *args], env=e,
                                       stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
     deadline = time.monotonic() + timeout
     failed = None

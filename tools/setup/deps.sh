@@ -9,6 +9,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev nlohmann-json3-dev
   libssl-dev libopenmpi-dev openmpi-bin iproute2
+  clang libclang-rt-14-dev
 )
 TORCH_VERSION=2.13.0
 PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn expecttest)

@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/registry.h"
+#include "kernels/reduce.h"
 #include "perf_ops.h"
 #include "shoal/communicator.h"
 #include "shoal/store.h"
@@ -31,16 +33,20 @@ namespace {
 
 using shoal::perf::Config;
 
-size_t parse_size(const std::string& s) {
+size_t parse_size(const std::string& flag, const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str()) throw CLI::ValidationError("size", "'" + s + "' is not a size");
+  if (end == s.c_str()) throw CLI::ValidationError(flag, "'" + s + "' is not a size");
   std::string suf(end);
   double mult = 1;
   if (suf == "K" || suf == "k" || suf == "KiB") mult = 1024.0;
   else if (suf == "M" || suf == "m" || suf == "MiB") mult = 1024.0 * 1024;
   else if (suf == "G" || suf == "g" || suf == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (!suf.empty()) throw CLI::ValidationError("size", "unknown suffix '" + suf + "'");
+  else if (!suf.empty()) throw CLI::ValidationError(flag, "unknown suffix '" + suf + "' in '" + s + "'");
+  // Checked before the conversion: a negative, NaN or huge double has no size_t.
+  if (!(v >= 0) || v * mult > 0x1p50) {
+    throw CLI::ValidationError(flag, "'" + s + "' is not a size from 0 to 1P bytes");
+  }
   return static_cast<size_t>(v * mult);
 }
 
@@ -106,7 +112,7 @@ int main(int argc, char** argv) {
   app.add_option("-f,--stepfactor", cfg.factor, "size multiplier between rows")->check(CLI::Range(2, 1024));
   app.add_option("--dtype", dtype, "float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool");
   app.add_option("--redop", redop, "sum, prod, min, max, avg, premul_sum, band, bor, bxor");
-  app.add_option("--root", cfg.root, "root rank of rooted collectives")->check(CLI::NonNegativeNumber);
+  app.add_option("--root", cfg.root, "root rank of rooted collectives")->check(CLI::Range(0, 1023));
   app.add_option("--iters", cfg.iters, "timed iterations per size")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", cfg.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
   app.add_flag("--check", cfg.check, "verify results and count wrong elements");
@@ -119,8 +125,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    cfg.min_bytes = parse_size(minb);
-    cfg.max_bytes = parse_size(maxb);
+    cfg.min_bytes = parse_size("-b", minb);
+    cfg.max_bytes = parse_size("-e", maxb);
   } catch (const CLI::ValidationError& e) {
     std::fprintf(stderr, "shoal-perf: %s\n", e.what());
     return 2;
@@ -136,6 +142,38 @@ int main(int argc, char** argv) {
   if (!shoal::parse_reduce_op(redop, &cfg.redop)) {
     std::fprintf(stderr, "shoal-perf: --redop: unknown op '%s'\n", redop.c_str());
     return 2;
+  }
+  if (cfg.op != "barrier" && cfg.max_bytes == 0) {
+    std::fprintf(stderr, "shoal-perf: -e: 0 bytes leaves no size to measure\n");
+    return 2;
+  }
+  // What the library would refuse at the first operation, refused here, before
+  // any rank starts (and with the flag's name).
+  const bool reduces = cfg.op == "allreduce" || cfg.op == "reduce" || cfg.op == "reduce_scatter";
+  const char* why = nullptr;
+  if (reduces && !shoal::kernels::supported(cfg.dtype, cfg.redop, &why)) {
+    std::string w = why ? why : "not supported";
+    if (w.rfind("op: ", 0) == 0) w.erase(0, 4);
+    std::fprintf(stderr, "shoal-perf: --redop %s: %s\n", redop.c_str(), w.c_str());
+    return 2;
+  }
+  if (reduces && cfg.redop == shoal::ReduceOp::kPremulSum && !shoal::is_floating(cfg.dtype)) {
+    std::fprintf(stderr, "shoal-perf: --redop premul_sum: needs a floating --dtype, got %s\n", dtype.c_str());
+    return 2;
+  }
+  if (!cfg.algo.empty()) {
+    shoal::coll::Coll coll;
+    if (cfg.op == "sendrecv" || !shoal::coll::parse_coll(cfg.op, &coll)) {
+      std::fprintf(stderr, "shoal-perf: --algo: %s has no algorithms to choose from\n", cfg.op.c_str());
+      return 2;
+    }
+    if (!shoal::coll::find_algorithm(coll, cfg.algo)) {
+      std::string known;
+      for (auto* a : shoal::coll::algorithms(coll)) known += (known.empty() ? "" : ", ") + std::string(a->name);
+      std::fprintf(stderr, "shoal-perf: --algo %s: not an algorithm of %s (known: %s)\n", cfg.algo.c_str(),
+                   cfg.op.c_str(), known.c_str());
+      return 2;
+    }
   }
   cfg.json = format == "json";
 

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
 namespace shoalrun {
 namespace {
@@ -14,6 +15,20 @@ constexpr const char* kFooter = R"(The cluster description comes from, first mat
 SM_NUM_GPUS or resourceconfig.json), Slurm (SLURM_NODEID, SLURM_NNODES,
 SLURM_JOB_NODELIST), Open MPI (OMPI_COMM_WORLD_RANK/SIZE, one shoalrun per
 node), else one node. --verbose says which. See docs/launcher.md.)";
+
+// A number >= 0 (> 0 when `positive`), refused with a plain message (CLI11's
+// own NonNegativeNumber prints its range as "0.000000 to 1797693...").
+CLI::Validator number_at_least_zero(bool positive) {
+  return CLI::Validator(
+      [positive](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end == s.c_str() || *end != '\0' || v != v) return "'" + s + "' is not a number";
+        if (positive ? v > 0 : v >= 0) return "";
+        return std::string("must be ") + (positive ? "> 0" : ">= 0") + ", got " + s;
+      },
+      positive ? "NUMBER > 0" : "NUMBER >= 0");
+}
 
 }  // namespace
 
@@ -49,15 +64,18 @@ ParsedCommandLine parse_command_line(int argc, char** argv) {
   app.add_flag("--standalone", o.standalone, "One node, on a free local port");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
                  "Restart the worker group up to this many times after a failure")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least_zero(false));
   app.add_option("--term-timeout,--term_timeout", o.term_timeout_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least_zero(false));
   app.add_option("--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout_s,
                  "Seconds to wait for every node's launcher")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least_zero(true));
   app.add_option("--log-dir,--log_dir", o.log_dir, "Write each rank's output to DIR/rank_<rank>.log");
   app.add_flag("--tee", o.tee, "With --log-dir: also print the output to the console");
+  app.add_option("--secret-file,--secret_file", o.secret_file,
+                 "The job's secret, in hex (openssl rand -hex 32), the same on every node; default: "
+                 "SHOAL_SECRET, else one made for this job (see docs/security.md)");
   app.add_flag("-m,--module", o.module, "The command is a Python module (like python -m)");
   app.add_flag("--no-python,--no_python", o.no_python, "Run the command as is, not through Python");
   app.add_flag("-v,--verbose", o.verbose, "Say where the cluster description came from, and more");

@@ -36,6 +36,7 @@ struct Options {
   double rdzv_timeout_s = 600;
   std::string log_dir;
   bool tee = false;
+  std::string secret_file;  // the job's secret, hex (docs/security.md); default SHOAL_SECRET, else made
 
   // The worker command.
   bool module = false;     // -m: command[0] is a Python module

@@ -19,6 +19,7 @@ namespace shoalrun {
 namespace {
 
 constexpr int kDefaultMasterPort = 29500;
+constexpr int kMaxWorkersPerNode = 1024;  // as shoal-perf --np
 
 // A free TCP port on the loopback interface, for one-node jobs.
 int free_local_port() {
@@ -161,6 +162,12 @@ Cluster resolve_cluster(const Options& o) {
   } else {
     c.nproc_per_node = resolve_nproc("auto", &c.nproc_detail);
     c.nproc_detail = "default (" + c.nproc_detail + ")";
+  }
+  // A typo such as 100000 must not become a fork storm.
+  if (c.nproc_per_node > kMaxWorkersPerNode) {
+    throw UsageError(c.nproc_detail + ": " + std::to_string(c.nproc_per_node) +
+                     " workers on one node is more than shoalrun starts (at most " +
+                     std::to_string(kMaxWorkersPerNode) + ")");
   }
 
   // Where node 0 is. One node needs no name resolution at all.

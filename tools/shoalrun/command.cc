@@ -7,7 +7,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <sstream>
+
+#include "shoal/error.h"
 
 extern char** environ;
 
@@ -85,13 +89,29 @@ WorkerCommand build_command(const Options& o, const char* argv0) {
   return w;
 }
 
+shoal::auth::Secret given_secret(const Options& o) {
+  try {
+    if (!o.secret_file.empty()) {
+      std::ifstream f(o.secret_file);
+      std::stringstream text;
+      text << f.rdbuf();
+      if (!f) throw UsageError("--secret-file " + o.secret_file + ": cannot read it");
+      return shoal::auth::Secret::from_hex(text.str(), "--secret-file " + o.secret_file);
+    }
+    return shoal::auth::Secret::from_env();
+  } catch (const shoal::InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
+}
+
 std::string default_omp_threads(const Cluster& c) {
   if (const char* v = std::getenv("OMP_NUM_THREADS"); v != nullptr && *v) return "";
   const int n = cpu_count() / c.nproc_per_node;
   return std::to_string(n < 1 ? 1 : n);
 }
 
-std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, const std::string& omp_threads) {
+std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, const std::string& omp_threads,
+                                    const std::string& secret_hex) {
   std::vector<std::pair<std::string, std::string>> ours = {
       {"RANK", std::to_string(w.rank)},
       {"LOCAL_RANK", std::to_string(w.local_rank)},
@@ -102,6 +122,7 @@ std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, cons
       {"MASTER_PORT", std::to_string(c.master_port)},
       {"SHOAL_RESTART_COUNT", std::to_string(w.restart_count)},
       {"SHOAL_ERROR_FILE", w.error_file},
+      {"SHOAL_SECRET", secret_hex},
   };
   if (!omp_threads.empty()) ours.emplace_back("OMP_NUM_THREADS", omp_threads);
   std::set<std::string> names;

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "cluster.h"
+#include "common/auth.h"
 #include "process.h"
 
 namespace shoalrun {
@@ -35,8 +36,14 @@ struct WorkerPlace {
 
 // The launcher's environment plus RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
-// SHOAL_RESTART_COUNT, SHOAL_ERROR_FILE and (when set) OMP_NUM_THREADS.
-std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, const std::string& omp_threads);
+// SHOAL_RESTART_COUNT, SHOAL_ERROR_FILE, SHOAL_SECRET (the job's secret, hex)
+// and (when set) OMP_NUM_THREADS.
+std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, const std::string& omp_threads,
+                                    const std::string& secret_hex);
+
+// The job's secret as the user gave it: --secret-file, else SHOAL_SECRET,
+// else none (empty). Throws UsageError when it is unreadable or malformed.
+shoal::auth::Secret given_secret(const Options& o);
 
 // OMP_NUM_THREADS for the workers: "" when the user set it, else cores /
 // local workers (at least 1); logged once by the caller.

@@ -61,7 +61,8 @@ void print_dry_run(const Cluster& c, const WorkerCommand& cmd) {
 
 class Launcher {
  public:
-  Launcher(const Options& o, const Cluster& c, const WorkerCommand& cmd) : o_(o), c_(c), cmd_(cmd) {}
+  Launcher(const Options& o, const Cluster& c, const WorkerCommand& cmd, shoal::auth::Secret secret)
+      : o_(o), c_(c), cmd_(cmd), secret_(std::move(secret)) {}
 
   int run() {
     ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -83,7 +84,24 @@ class Launcher {
 
  private:
   int run_rounds() {
-    if (c_.nnodes > 1) rdzv_ = std::make_unique<LauncherRendezvous>(c_, o_);
+    // The job's secret (docs/security.md): the user's, else made here for
+    // one node; several nodes get node 0's in the rendezvous.
+    const bool given = !secret_.empty();
+    if (c_.nnodes > 1) {
+      rdzv_ = std::make_unique<LauncherRendezvous>(c_, o_, secret_);
+    } else if (!given) {
+      secret_ = shoal::auth::Secret::random();
+    }
+    if (given) {
+      vlog("the job's secret: from " + (o_.secret_file.empty() ? std::string("SHOAL_SECRET") : o_.secret_file));
+    } else if (c_.nnodes == 1) {
+      vlog("the job's secret: made for this job");
+    } else {
+      vlog(std::string("the job's secret: ") +
+           (c_.node_rank == 0 ? "made here, to be handed to each node sealed to its key"
+                              : "node 0's, handed over sealed to this launcher's key") +
+           "; without --secret-file the launchers' store itself is not authenticated (docs/security.md)");
+    }
     const std::string omp = default_omp_threads(c_);
     if (!omp.empty()) {
       log("OMP_NUM_THREADS is not set: setting it to " + omp + " for each worker (" + std::to_string(cpu_count()) +
@@ -193,6 +211,7 @@ class Launcher {
     }
     vlog("rendezvous complete: " + std::to_string(c_.nnodes) + " nodes, world size " +
          std::to_string(c_.world_size()));
+    secret_ = rdzv_->secret();
     return true;
   }
 
@@ -210,7 +229,7 @@ class Launcher {
       w.error_file = p.error_file;
       w.exec.path = cmd_.path;
       w.exec.argv = cmd_.argv;
-      w.exec.env = worker_env(c_, p, omp);
+      w.exec.env = worker_env(c_, p, omp, secret_.hex());
       gc.workers.push_back(std::move(w));
     }
     gc.term_timeout_s = o_.term_timeout_s;
@@ -240,6 +259,7 @@ class Launcher {
   Options o_;
   Cluster c_;
   WorkerCommand cmd_;
+  shoal::auth::Secret secret_;  // the job's; SHOAL_SECRET of every worker
   std::string scratch_;
   Guardian guardian_;
   int sigfd_ = -1;
@@ -259,6 +279,7 @@ int main(int argc, char** argv) {
   Options o;
   Cluster c;
   WorkerCommand cmd;
+  shoal::auth::Secret secret;
   try {
     ParsedCommandLine p = parse_command_line(argc, argv);
     if (p.exit_now) return *p.exit_now;
@@ -266,6 +287,7 @@ int main(int argc, char** argv) {
     set_verbose(o.verbose);
     c = resolve_cluster(o);
     cmd = build_command(o, argv[0]);
+    secret = given_secret(o);
     if (!o.log_dir.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(o.log_dir, ec);
@@ -285,7 +307,7 @@ int main(int argc, char** argv) {
        std::to_string(c.master_port) + " (" + (c.master_port_detail.empty() ? "" : c.master_port_detail) + ")" +
        (c.nnodes > 1 ? ", launcher rendezvous on port " + std::to_string(c.rdzv_port) : ""));
   try {
-    return Launcher(o, c, cmd).run();
+    return Launcher(o, c, cmd, std::move(secret)).run();
   } catch (const std::exception& e) {
     log(std::string("error: ") + e.what());
     return 1;

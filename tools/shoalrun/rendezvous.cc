@@ -43,7 +43,7 @@ std::string seconds_text(double s) {
 
 json info_json(const NodeInfo& i) {
   return json{{"node", i.node}, {"host", i.host}, {"nnodes", i.nnodes}, {"nproc", i.nproc},
-              {"max_restarts", i.max_restarts}, {"pid", i.pid}};
+              {"max_restarts", i.max_restarts}, {"pid", i.pid}, {"key", i.key}};
 }
 
 NodeInfo info_from(const json& j) {
@@ -54,6 +54,7 @@ NodeInfo info_from(const json& j) {
   i.nproc = j.value("nproc", 0);
   i.max_restarts = j.value("max_restarts", 0);
   i.pid = j.value("pid", 0);
+  i.key = j.value("key", std::string());
   return i;
 }
 
@@ -83,9 +84,11 @@ int pending_stop_signal(int signal_fd, int wait_ms) {
 
 }  // namespace
 
-LauncherRendezvous::LauncherRendezvous(const Cluster& c, const Options& o) : cluster_(c), opts_(o) {
+LauncherRendezvous::LauncherRendezvous(const Cluster& c, const Options& o, shoal::auth::Secret secret)
+    : cluster_(c), opts_(o), secret_(std::move(secret)), user_secret_(!secret_.empty()) {
   const bool v6 = c.master_addr.find(':') != std::string::npos;
   addr_ = (v6 ? "[" + c.master_addr + "]" : c.master_addr) + ":" + std::to_string(c.rdzv_port);
+  if (secret_.empty() && c.node_rank == 0) secret_ = shoal::auth::Secret::random();
   if (::pipe2(event_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe failed");
 }
 
@@ -97,6 +100,11 @@ LauncherRendezvous::~LauncherRendezvous() {
 
 std::string LauncherRendezvous::key(int round, const std::string& k) const {
   return "shoalrun/" + std::to_string(round) + "/" + k;
+}
+
+// What a sealed secret is bound to: this job's store and the node it is for.
+std::string LauncherRendezvous::seal_context(int node) const {
+  return "shoalrun " + addr_ + " node " + std::to_string(node);
 }
 
 std::string LauncherRendezvous::node_name(int n) const {
@@ -111,6 +119,7 @@ void LauncherRendezvous::connect(Clock::time_point deadline) {
   so.host = cluster_.master_addr;
   so.port = static_cast<uint16_t>(cluster_.rdzv_port);
   so.timeout = kOpTimeout;
+  so.secret = user_secret_ ? secret_.hex() : std::string();
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
   so.connect_timeout = std::max(left, milliseconds(1));
   if (cluster_.node_rank == 0) {
@@ -137,8 +146,13 @@ void LauncherRendezvous::connect(Clock::time_point deadline) {
   vlog("connected to the launchers' rendezvous store at " + addr_);
 }
 
-void LauncherRendezvous::join(int round, const NodeInfo& me, Clock::time_point deadline) {
+void LauncherRendezvous::join(int round, const NodeInfo& me_in, Clock::time_point deadline) {
   connect(deadline);
+  NodeInfo me = me_in;
+  if (secret_.empty()) {  // node 0 seals the job's secret to this key
+    if (!recipient_) recipient_ = std::make_unique<shoal::auth::Recipient>();
+    me.key = recipient_->public_hex();
+  }
   shoal::TcpStore& s = *store_;
   const int nnodes = cluster_.nnodes;
   const std::string rdzv_timeout = seconds_text(opts_.rdzv_timeout_s);
@@ -205,12 +219,22 @@ void LauncherRendezvous::join(int round, const NodeInfo& me, Clock::time_point d
                       " has " + std::to_string(me.max_restarts) + "; every node must use the same value";
           }
         }
+        json sealed = json::object();
+        for (const auto& i : infos) {
+          if (!problem.empty() || i.key.empty()) continue;
+          try {
+            sealed[std::to_string(i.node)] = shoal::auth::seal(secret_, i.key, seal_context(i.node));
+          } catch (const shoal::Error& e) {
+            problem = who(i) + " sent no usable key for the job's secret: " + e.what();
+          }
+        }
         if (!problem.empty()) {
           verdict = json{{"ok", false}, {"code", 2}, {"message", problem}};
         } else {
           std::vector<std::string> hosts(nnodes);
           for (const auto& i : infos) hosts[i.node] = i.host;
-          verdict = json{{"ok", true}, {"nnodes", nnodes}, {"nproc", me.nproc}, {"hosts", hosts}};
+          verdict = json{{"ok", true}, {"nnodes", nnodes}, {"nproc", me.nproc}, {"hosts", hosts},
+                         {"secrets", sealed}};
         }
       }
       if (!verdict.is_null()) s.set_str(key(round, "verdict"), verdict.dump());
@@ -245,6 +269,21 @@ void LauncherRendezvous::join(int round, const NodeInfo& me, Clock::time_point d
                                    std::to_string(v.value("nnodes", 0)));
     }
     hosts_ = v.value("hosts", std::vector<std::string>());
+    if (secret_.empty()) {
+      const json sealed = v.value("secrets", json::object());
+      const std::string mine = std::to_string(me.node);
+      if (!sealed.is_object() || !sealed.contains(mine) || !sealed[mine].is_string()) {
+        throw RendezvousError(2, "node 0 did not hand this node the job's secret (does node 0 have a "
+                                 "--secret-file or SHOAL_SECRET that this node lacks?)");
+      }
+      try {
+        secret_ = recipient_->open(sealed[mine].get<std::string>(), seal_context(me.node));
+      } catch (const shoal::Error& e) {
+        throw RendezvousError(1, std::string("the job's secret from node 0 cannot be opened: ") + e.what());
+      }
+      recipient_.reset();
+      vlog("received the job's secret from node 0 (sealed to this launcher's key)");
+    }
   } catch (const shoal::StoreError& e) {
     throw RendezvousError(1, "lost the launchers' rendezvous store on node 0 at " + addr_ + " during the rendezvous: " +
                                  e.what());
@@ -260,6 +299,7 @@ void LauncherRendezvous::start_monitor(int round) {
   so.port = static_cast<uint16_t>(cluster_.rdzv_port);
   so.timeout = kMonitorOpTimeout;
   so.connect_timeout = kMonitorOpTimeout;
+  so.secret = user_secret_ ? secret_.hex() : std::string();
   {
     // Events of an earlier round are stale now.
     std::lock_guard<std::mutex> lock(mu_);

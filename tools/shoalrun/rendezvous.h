@@ -15,6 +15,12 @@
 //           read the same reports and take the same restart-or-exit decision.
 //   leave   non-masters say so; node 0 keeps the store up until they did
 //           (at most 10 s), so that nobody mistakes its exit for a crash.
+// The job's secret (docs/security.md): given by the user (--secret-file or
+// SHOAL_SECRET, the same on every node), it also guards this store. Else
+// node 0 makes one, and each other launcher, in its first join, publishes
+// the public half of an X25519 key pair made for the purpose; node 0's
+// verdict carries the secret sealed to each of those keys. The store is then
+// not authenticated, but what passes through it does not reveal the secret.
 // The store's one-call-at-a-time rule is respected by giving the monitor
 // thread its own client; the main client is used by one thread at a time.
 #pragma once
@@ -32,6 +38,7 @@
 
 #include "cli.h"
 #include "cluster.h"
+#include "common/auth.h"
 #include "group.h"
 #include "shoal/store.h"
 
@@ -53,6 +60,7 @@ struct NodeInfo {
   int nproc = 1;
   int max_restarts = 0;
   int pid = 0;
+  std::string key;  // X25519 public key (hex) to seal the job's secret to; empty when not needed
 };
 
 struct NodeReport {
@@ -74,12 +82,15 @@ class LauncherRendezvous : public RemoteEvents {
  public:
   using Clock = std::chrono::steady_clock;
 
-  LauncherRendezvous(const Cluster& c, const Options& o);
+  // `secret`: the user's (empty: none; node 0 then makes one).
+  LauncherRendezvous(const Cluster& c, const Options& o, shoal::auth::Secret secret);
   ~LauncherRendezvous() override;
 
   // Blocks until every node joined round `round` (any one thread; the main
   // thread keeps handling signals). Throws RendezvousError.
   void join(int round, const NodeInfo& me, Clock::time_point deadline);
+  // The job's secret, known after the first join.
+  const shoal::auth::Secret& secret() const { return secret_; }
 
   void start_monitor(int round);
   void stop_monitor();
@@ -97,6 +108,7 @@ class LauncherRendezvous : public RemoteEvents {
  private:
   std::string key(int round, const std::string& k) const;
   std::string node_name(int n) const;
+  std::string seal_context(int node) const;
   void connect(Clock::time_point deadline);
   void monitor_loop(int round);
   Outcome settle_once(int round, const NodeReport& mine, int signal_fd);
@@ -105,6 +117,9 @@ class LauncherRendezvous : public RemoteEvents {
 
   Cluster cluster_;
   Options opts_;
+  shoal::auth::Secret secret_;  // empty until known (non-masters without a user secret)
+  bool user_secret_ = false;    // given by the user: the store checks it too
+  std::unique_ptr<shoal::auth::Recipient> recipient_;  // the key pair the secret is sealed to
   std::string addr_;  // "host:port" of the store, for messages
   std::vector<std::string> hosts_;  // by node rank, from the verdict
   std::unique_ptr<shoal::TcpStore> store_;        // main client (the server on node 0)

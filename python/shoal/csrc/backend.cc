@@ -20,6 +20,7 @@
 #include "backend.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include <optional>
@@ -207,6 +208,16 @@ class Call {
     return e;
   }
 
+  // A tensor the call writes must not have elements that share memory (an
+  // expand()ed view): the copy back into it would fail only after the data
+  // had gone out, leaving this rank out of step with the others.
+  void writable(const std::string& arg, const at::Tensor& t) const {
+    if (at::has_internal_overlap(t) == at::MemOverlap::Yes) {
+      fail(arg, "its elements share memory (an expand()ed view or similar), so results cannot be written "
+                "to it; pass a tensor of its own (e.g. .clone())");
+    }
+  }
+
   // Staging. in(): read-only input; inout(): read then overwritten; out():
   // written only. Non-contiguous tensors get a contiguous copy; results are
   // copied back at completion (after the custom finishers).
@@ -215,21 +226,23 @@ class Call {
     keep_.push_back(c);
     return c;
   }
-  at::Tensor inout(const at::Tensor& t) {
+  at::Tensor inout(const at::Tensor& t, const std::string& arg) {
     if (t.is_contiguous()) {
       keep_.push_back(t);
       return t;
     }
+    writable(arg, t);
     at::Tensor c = t.contiguous();
     keep_.push_back(c);
     copy_back_.emplace_back(t, c);
     return c;
   }
-  at::Tensor out(const at::Tensor& t) {
+  at::Tensor out(const at::Tensor& t, const std::string& arg) {
     if (t.is_contiguous()) {
       keep_.push_back(t);
       return t;
     }
+    writable(arg, t);
     at::Tensor c = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
     keep_.push_back(c);
     copy_back_.emplace_back(t, c);
@@ -257,14 +270,6 @@ class Call {
   // Queues the shoal operations `issue` returns and hands back the work.
   c10::intrusive_ptr<c10d::Work> launch(std::vector<at::Tensor> outputs,
                                         const std::function<std::vector<WorkPtr>(Communicator&)>& issue) {
-    // Counted only once the arguments are known good, so that ranks agree.
-    const uint64_t seq = collective_ ? ++be_.seq_ : 0;
-    auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), seq);
-    for (auto& t : keep_) work->keep(std::move(t));
-    for (auto& f : finishers_) work->on_success(std::move(f));
-    for (auto& [user, staged] : copy_back_) {
-      work->on_success([user = user, staged = staged]() mutable { user.copy_(staged); });
-    }
     std::vector<WorkPtr> works;
     try {
       works = issue(*comm_);
@@ -272,6 +277,15 @@ class Call {
       TORCH_CHECK(false, e.what());
     } catch (const shoal::Error& e) {
       C10_THROW_ERROR(DistBackendError, e.what());
+    }
+    // Counted only once the operation is queued (a call the core refused, e.g.
+    // for overlapping buffers, counts nothing), so that ranks agree.
+    const uint64_t seq = collective_ ? ++be_.seq_ : 0;
+    auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), seq);
+    for (auto& t : keep_) work->keep(std::move(t));
+    for (auto& f : finishers_) work->on_success(std::move(f));
+    for (auto& [user, staged] : copy_back_) {
+      work->on_success([user = user, staged = staged]() mutable { user.copy_(staged); });
     }
     ShoalWork::start(work, std::move(works), be_.completer_->queue());
     return work;
@@ -383,7 +397,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce(std::vector<at::Tensor>& 
   c.tensor("tensor", t);
   ReduceOp op = c.reduce_op(opts.reduceOp);
   Elem e = c.reduce_elem("tensor", t, op);
-  at::Tensor b = c.inout(t);
+  at::Tensor b = c.inout(t, "tensor");
   return c.launch({t}, [&](Communicator& comm) {
     return std::vector<WorkPtr>{comm.allreduce(b.data_ptr(), b.data_ptr(), e.count(b), e.dt, op, c.oo())};
   });
@@ -393,7 +407,10 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   Call c(*this, "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
   if (tensors.empty()) c.fail("tensors", "empty list");
-  for (size_t i = 0; i < tensors.size(); ++i) c.like(idx("tensors", i), tensors[i], "tensors[0]", tensors[0]);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    c.like(idx("tensors", i), tensors[i], "tensors[0]", tensors[0]);
+    c.writable(idx("tensors", i), tensors[i]);
+  }
   ReduceOp op = c.reduce_op(opts.reduceOp);
   Elem e = c.reduce_elem("tensors[0]", tensors[0], op);
   at::Tensor flat = c.pack(tensors, tensors[0]);
@@ -420,7 +437,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce(std::vector<at::Tensor>& ten
   c.tensor("tensor", t);
   ReduceOp op = c.reduce_op(opts.reduceOp);
   Elem e = c.reduce_elem("tensor", t, op);
-  at::Tensor b = c.inout(t);
+  at::Tensor b = c.inout(t, "tensor");
   const int root = static_cast<int>(opts.rootRank);
   return c.launch({t}, [&](Communicator& comm) {
     return std::vector<WorkPtr>{comm.reduce(b.data_ptr(), b.data_ptr(), e.count(b), e.dt, op, root, c.oo())};
@@ -442,7 +459,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::_reduce_scatter_base(at::Tensor& ou
   // reduce-scatter cannot run in place, so the input is copied then.
   at::Tensor in = output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : c.in(input);
   if (output.is_alias_of(input)) c.in(in);
-  at::Tensor out = c.out(output);
+  at::Tensor out = c.out(output, "output");
   return c.launch({output}, [&](Communicator& comm) {
     return std::vector<WorkPtr>{
         comm.reduce_scatter(in.data_ptr(), out.data_ptr(), e.count(out), e.dt, op, c.oo())};
@@ -466,7 +483,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter(std::vector<at::Tens
   ReduceOp op = c.reduce_op(opts.reduceOp);
   Elem e = c.reduce_elem("output", o, op);
   at::Tensor send = c.pack(in, o);
-  at::Tensor out = c.out(o);
+  at::Tensor out = c.out(o, "output");
   std::vector<size_t> counts;
   for (auto& t : in) counts.push_back(e.count(t));
   return c.launch({o}, [&](Communicator& comm) {
@@ -488,6 +505,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter_tensor_coalesced(
   for (size_t i = 0; i < inputs.size(); ++i) {
     c.like(idx("inputs", i), inputs[i], "inputs[0]", inputs[0]);
     c.like(idx("outputs", i), outputs[i], "inputs[0]", inputs[0]);
+    c.writable(idx("outputs", i), outputs[i]);
     if (inputs[i].numel() != outputs[i].numel() * W) {
       c.fail(idx("inputs", i), "has " + std::to_string(inputs[i].numel()) + " elements, expected group size (" +
                                    std::to_string(W) + ") x outputs[" + std::to_string(i) + "]'s " +
@@ -535,7 +553,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::broadcast(std::vector<at::Tensor>& 
   const at::Tensor& t = tensors[0];
   c.tensor("tensor", t);
   Elem e = c.move_elem(t);
-  at::Tensor b = getRank() == opts.rootRank ? c.in(t) : c.out(t);
+  at::Tensor b = getRank() == opts.rootRank ? c.in(t) : c.out(t, "tensor");
   const int root = static_cast<int>(opts.rootRank);
   return c.launch({t}, [&](Communicator& comm) {
     return std::vector<WorkPtr>{comm.broadcast(b.data_ptr(), e.count(b), e.dt, root, c.oo())};
@@ -552,7 +570,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::_allgather_base(at::Tensor& output,
                          std::to_string(getSize()) + ") x input's " + std::to_string(input.numel()));
   }
   Elem e = c.move_elem(input);
-  at::Tensor out = c.out(output);
+  at::Tensor out = c.out(output, "output");
   // In place when the input is this rank's block of the output.
   at::Tensor in = output.is_contiguous() && output.is_alias_of(input) && input.is_contiguous() ? input : c.in(input);
   return c.launch({output}, [&](Communicator& comm) {
@@ -570,6 +588,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather(std::vector<std::vector<a
   c.tensor("input", t);
   auto& outs = outputs[0];
   const bool even = c.per_rank_list("output_list", outs, "input", t);
+  for (size_t r = 0; r < outs.size(); ++r) c.writable(idx("output_list", r), outs[r]);
   if (outs[getRank()].numel() != t.numel()) {
     c.fail(idx("output_list", getRank()), "has " + std::to_string(outs[getRank()].numel()) +
                                               " elements, but this rank's input has " + std::to_string(t.numel()));
@@ -616,6 +635,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_coalesced(std::vector<std
     c.list_len(idx("output_tensor_lists", r), outputs[r].size(), inputs.size(), "one tensor per input");
     for (size_t i = 0; i < inputs.size(); ++i) {
       c.like(idx("output_tensor_lists", r, i), outputs[r][i], "input_tensor_list[0]", inputs[0], inputs[i].numel());
+      c.writable(idx("output_tensor_lists", r, i), outputs[r][i]);
       flat_outs.push_back(outputs[r][i]);
     }
   }
@@ -645,6 +665,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_into_tensor_coalesced(std
   for (size_t i = 0; i < inputs.size(); ++i) {
     c.like(idx("inputs", i), inputs[i], "inputs[0]", inputs[0]);
     c.like(idx("outputs", i), outputs[i], "inputs[0]", inputs[0], inputs[i].numel() * W);
+    c.writable(idx("outputs", i), outputs[i]);
     S += inputs[i].numel();
   }
   Elem e = c.move_elem(inputs[0]);
@@ -684,7 +705,10 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::gather(std::vector<std::vector<at::
     c.list_len("gather_list", outputs.size(), 1, "one list on the root");
     dst = outputs[0];
     c.list_len("gather_list", dst.size(), getSize(), "one tensor per rank of the group");
-    for (size_t r = 0; r < dst.size(); ++r) c.like(idx("gather_list", r), dst[r], "input", t, t.numel());
+    for (size_t r = 0; r < dst.size(); ++r) {
+      c.like(idx("gather_list", r), dst[r], "input", t, t.numel());
+      c.writable(idx("gather_list", r), dst[r]);
+    }
   }
   Elem e = c.move_elem(t);
   at::Tensor in = c.in(t);
@@ -724,7 +748,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::scatter(std::vector<at::Tensor>& ou
     send = c.pack(src, o);
   }
   Elem e = c.move_elem(o);
-  at::Tensor out = c.out(o);
+  at::Tensor out = c.out(o, "output");
   const int root = static_cast<int>(opts.rootRank);
   return c.launch({o}, [&](Communicator& comm) {
     return std::vector<WorkPtr>{comm.scatter(send.defined() ? send.data_ptr() : nullptr, out.data_ptr(),
@@ -788,7 +812,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor& output, a
     }
     at::Tensor in = output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : input.contiguous();
     c.in(in);
-    at::Tensor out = c.out(output);
+    at::Tensor out = c.out(output, "output");
     return c.launch({output}, [&](Communicator& comm) {
       return std::vector<WorkPtr>{comm.alltoall(in.data_ptr(), out.data_ptr(), e.count(in) / W, e.dt, c.oo())};
     });
@@ -797,7 +821,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor& output, a
   std::vector<size_t> rc = split_counts(c, "output", output, output_split_sizes, W, e);
   at::Tensor in = output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : input.contiguous();
   c.in(in);
-  at::Tensor out = c.out(output);
+  at::Tensor out = c.out(output, "output");
   return c.launch({output}, [&](Communicator& comm) {
     return std::vector<WorkPtr>{comm.alltoallv(in.data_ptr(), sc, {}, out.data_ptr(), rc, {}, e.dt, c.oo())};
   });
@@ -813,6 +837,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall(std::vector<at::Tensor>& o
   for (int r = 0; r < W; ++r) {
     c.like(idx("input_tensor_list", r), inputs[r], "input_tensor_list[0]", inputs[0]);
     c.like(idx("output_tensor_list", r), outputs[r], "input_tensor_list[0]", inputs[0]);
+    c.writable(idx("output_tensor_list", r), outputs[r]);
   }
   Elem e = c.move_elem(inputs[0]);
   std::vector<size_t> sc, rc;
@@ -868,7 +893,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::recv(std::vector<at::Tensor>& tenso
   }
   if (tag < 0) c.fail("tag", "must be >= 0, got " + std::to_string(tag));
   Elem e = c.move_elem(tensors[0]);
-  at::Tensor b = c.out(tensors[0]);
+  at::Tensor b = c.out(tensors[0], "tensor");
   return c.launch({tensors[0]}, [&](Communicator& comm) {
     return std::vector<WorkPtr>{comm.recv(b.data_ptr(), e.count(b), e.dt, src, tag, c.oo())};
   });
@@ -880,7 +905,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::recvAnysource(std::vector<at::Tenso
   c.tensor("tensor", tensors[0]);
   if (tag < 0) c.fail("tag", "must be >= 0, got " + std::to_string(tag));
   Elem e = c.move_elem(tensors[0]);
-  at::Tensor b = c.out(tensors[0]);
+  at::Tensor b = c.out(tensors[0], "tensor");
   return c.launch({tensors[0]}, [&](Communicator& comm) {
     return std::vector<WorkPtr>{comm.recv(b.data_ptr(), e.count(b), e.dt, kAnySource, tag, c.oo())};
   });

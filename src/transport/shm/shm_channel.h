@@ -37,6 +37,7 @@ struct Channel {
   // Connection set-up, side 0: the hello sent, and side 1's answer while it
   // is not verified yet (until then no frame of side 1 is read).
   bool await_accept = false;
+  Clock::time_point hello_deadline{};  // side 1, accepted: when a missing hello is given up
   Hello hello;
   Accept accept;
   size_t accept_have = 0;

@@ -1,0 +1,41 @@
+"""``smp.amp.GradScaler``: torch's gradient scaler, agreeing across partitions.
+
+torch's GradScaler skips the optimizer step when the gradients it unscaled
+contain inf or NaN. Under pipeline parallelism each rank unscales only its own
+partition's gradients, so the ranks could disagree and one partition would
+step while another skips. This scaler takes the maximum of the inf/nan flag
+over every rank (all partitions and replicas) in ``unscale_`` (which
+``step`` calls), so every rank skips or steps together and the scales stay
+equal. Ranks that never computed the loss (every partition but the last)
+initialise the scale on first use. All ranks must call ``unscale_``/``step``
+the same number of times.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .state import require
+
+
+class GradScaler(torch.amp.GradScaler):
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, enabled: bool = True, device: str = "cpu"):
+        super().__init__(device, init_scale=init_scale, growth_factor=growth_factor,
+                         backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
+
+    def unscale_(self, optimizer) -> None:
+        if not self._enabled:
+            return
+        s = require()
+        if self._scale is None:
+            self._lazy_init_scale_growth_tracker(torch.device(self._device))
+        super().unscale_(optimizer)
+        state = self._per_optimizer_states[id(optimizer)]
+        found = torch.zeros(1, dtype=torch.float32)
+        for v in state["found_inf_per_device"].values():
+            found += v.float().reshape(1)
+        if s.world_size > 1:
+            dist.all_reduce(found, op=dist.ReduceOp.MAX, group=s.ctl)
+        state["found_inf_per_device"] = {torch.device(self._device): (found[0] > 0).float()}

@@ -1,0 +1,203 @@
+"""Capturing the model's forward as a graph of module calls and glue code.
+
+The pipeline needs to know what the model's forward does between its
+submodules: torch.fx traces the wrapped module with a chosen set of *units*
+(submodules that are called as a whole, the leaves of the partitioning) and
+records every call of a unit, every operation between them (the glue: ``x + y``,
+``x.view(...)``, ``torch.arange(t)``) and every parameter read directly.
+
+The unit modules are never traced inside, so their forward may do anything.
+The code of the modules above them (the wrapped module's forward, and the
+forward of any module the partitioner splits) must be traceable by torch.fx:
+no Python control flow on tensor values. Two additions to plain torch.fx:
+
+- the tracer runs every recorded operation on meta tensors beside the trace,
+  so it knows shapes; iterating over a size (``b, t = idx.size()``) works;
+- a failure names the module whose forward could not be traced
+  (:class:`TraceFailure`), so that the partitioner can keep it whole.
+
+Non-tensor arguments of the call (None, flags, ints) are baked into the graph;
+the runtime keeps one graph per distinct set of such values.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Dict, Iterable, Mapping, Optional
+
+import torch
+import torch.fx as fx
+from torch.fx.node import map_arg
+
+_UNKNOWN = object()
+_CONCRETE = (type(None), bool, int, float, str, torch.dtype, torch.device)
+
+
+class TraceFailure(Exception):
+    """The forward of `module` (qualified name, '' for the wrapped module) could not be traced."""
+
+    def __init__(self, module: str, cause: BaseException):
+        where = f"module '{module}'" if module else "the wrapped module"
+        super().__init__(f"the forward of {where} cannot be traced by torch.fx: "
+                         f"{type(cause).__name__}: {cause}")
+        self.module = module
+        self.cause = cause
+
+
+def is_concrete(v: Any) -> bool:
+    if isinstance(v, _CONCRETE):
+        return True
+    if isinstance(v, (tuple, list)):
+        return all(is_concrete(x) for x in v)
+    return False
+
+
+def bind(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """The call's arguments by parameter name of `module.forward`, defaults applied."""
+    sig = inspect.signature(module.forward)
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"smp: the forward of {type(module).__name__} takes *{p.name}; the pipeline "
+                            f"needs a forward with named parameters only")
+    b = sig.bind(*args, **kwargs)
+    b.apply_defaults()
+    return dict(b.arguments)
+
+
+def _meta(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return torch.empty(v.shape, dtype=v.dtype, device="meta")
+    if isinstance(v, (tuple, list)):
+        return type(v)(_meta(x) for x in v) if not hasattr(v, "_fields") else type(v)(*(_meta(x) for x in v))
+    if isinstance(v, dict):
+        return {k: _meta(x) for k, x in v.items()}
+    return v
+
+
+class _Tracer(fx.Tracer):
+    def __init__(self, root: torch.nn.Module, leaves: Iterable[str], example: Mapping[str, Any],
+                 meta_state: Mapping[str, torch.Tensor]):
+        super().__init__(autowrap_modules=(math,))
+        self.root_module = root
+        self.leaves = set(leaves)
+        self.example = dict(example)
+        self.meta_state = meta_state
+        self.shadow: Dict[fx.Node, Any] = {}
+        self.placeholder_names = list(inspect.signature(root.forward).parameters)
+        self.n_placeholders = 0
+        self.stack = [""]
+        self.in_shadow = False
+
+    # -- units are leaves; everything else is traced through
+    def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
+        return qualname in self.leaves
+
+    def call_module(self, m, forward, args, kwargs):
+        if self.in_shadow:  # a module called while computing shapes: just run it
+            return forward(*args, **kwargs)
+        qualname = self.path_of_module(m)
+        if qualname in self.leaves:
+            return super().call_module(m, forward, args, kwargs)
+        self.stack.append(qualname)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except TraceFailure:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure inside this module's forward
+            raise TraceFailure(qualname, e) from e
+        finally:
+            self.stack.pop()
+
+    # -- shapes beside the trace
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+        proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+        self.in_shadow = True
+        try:
+            self.shadow[proxy.node] = self._run(proxy.node)
+        except Exception:  # noqa: BLE001 - best effort: unknown shapes only matter when iterated
+            self.shadow[proxy.node] = _UNKNOWN
+        finally:
+            self.in_shadow = False
+        return proxy
+
+    def _run(self, node: fx.Node) -> Any:
+        if node.op == "placeholder":
+            i = self.n_placeholders
+            self.n_placeholders += 1
+            name = self.placeholder_names[i] if i < len(self.placeholder_names) else node.target
+            return _meta(self.example.get(name, _UNKNOWN))
+        unknown = []
+
+        def val(n: fx.Node):
+            v = self.shadow.get(n, _UNKNOWN)
+            if v is _UNKNOWN:
+                unknown.append(n)
+            return v
+        args = map_arg(node.args, val)
+        kwargs = map_arg(node.kwargs, val)
+        if unknown:
+            return _UNKNOWN
+        with torch.no_grad(), torch.device("meta"):
+            if node.op == "get_attr":
+                if node.target in self.meta_state:
+                    return self.meta_state[node.target]
+                obj = self.root_module
+                for part in node.target.split("."):
+                    obj = getattr(obj, part)
+                return _meta(obj)
+            if node.op == "call_function":
+                return node.target(*args, **kwargs)
+            if node.op == "call_method":
+                return getattr(args[0], node.target)(*args[1:], **kwargs)
+            if node.op == "call_module":
+                prefix = node.target + "."
+                state = {k[len(prefix):]: v for k, v in self.meta_state.items() if k.startswith(prefix)}
+                mod = self.root_module.get_submodule(node.target)
+                return torch.func.functional_call(mod, state, tuple(args), dict(kwargs), strict=False)
+        return _UNKNOWN
+
+    def iter(self, obj):
+        v = self.shadow.get(obj.node, _UNKNOWN)
+        if isinstance(v, (torch.Size, tuple, list)):
+            return iter([obj[i] for i in range(len(v))])
+        raise fx.proxy.TraceError(
+            "iterating over a traced value whose length is not a static shape (for example a "
+            "tensor's rows, or a data-dependent list); move this code into a submodule")
+
+    def to_bool(self, obj):
+        raise fx.proxy.TraceError(
+            "Python control flow on a tensor value (if/while/and/or/bool() of a tensor); move "
+            "this code into a submodule, which the pipeline then runs whole")
+
+
+def trace(root: torch.nn.Module, leaves: Iterable[str], call_args: Mapping[str, Any],
+          meta_state: Optional[Mapping[str, torch.Tensor]] = None) -> fx.Graph:
+    """Traces `root` with `leaves` (qualified names) as units.
+
+    call_args: the bound arguments of a real call (see bind); non-tensor ones
+    are baked in, tensors are example values for shapes. meta_state: meta
+    tensors of every parameter and buffer by qualified name (shapes of
+    parameters that were freed on this rank); built from `root` when None.
+    """
+    if meta_state is None:
+        meta_state = {k: _meta(v) for k, v in list(root.named_parameters(remove_duplicate=False)) +
+                      list(root.named_buffers(remove_duplicate=False))}
+    concrete = {k: v for k, v in call_args.items() if is_concrete(v)}
+    tracer = _Tracer(root, leaves, call_args, meta_state)
+    try:
+        return tracer.trace(root, concrete_args=concrete)
+    except TraceFailure:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise TraceFailure("", e) from e
+
+
+def traceable(module: torch.nn.Module, children: Iterable[str], call_args: Mapping[str, Any]) -> Optional[str]:
+    """None if `module`'s own forward traces with its `children` (names relative
+    to it) as units, else the reason."""
+    try:
+        trace(module, children, call_args)
+        return None
+    except TraceFailure as e:
+        return str(e)

@@ -1,0 +1,262 @@
+"""``smp.DistributedModel``: the wrapped model.
+
+Every rank constructs the whole model and wraps it. The model is partitioned
+on the first call of a step function (runtime.py); afterwards each rank keeps
+only its partition's parameters (the others are freed), runs its part of each
+step (pipeline.py) and, with ``ddp``, averages its gradients over its DP group.
+
+Calling the model and ``model.backward`` are only allowed inside an
+``@smp.step`` function. ``state_dict()`` gathers the whole model from the
+ranks of the replica (a collective over the replica) with the original
+module's keys, so it loads into the plain module; ``local_state_dict()`` is
+this partition's part, marked ``_smp_is_partial``.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import torch
+import torch.distributed as dist
+
+from . import clip
+from .errors import SMPUnsupportedError, SMPValidationError
+from .pipeline import Executor
+from .runtime import ModelRuntime
+from .state import require
+
+
+class _Options:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class _Handle:
+    def __init__(self, hooks: list, hook):
+        self.hooks, self.hook = hooks, hook
+
+    def remove(self):
+        if self.hook in self.hooks:
+            self.hooks.remove(self.hook)
+
+
+class DistributedModel(torch.nn.Module):
+    """Wraps `module` for pipeline (and hybrid data) parallelism. Accepts the
+    SageMaker library's keyword arguments; see docs/modelparallel.md for which
+    ones matter here."""
+
+    def __init__(self, module: torch.nn.Module, trace_device: str = "cpu", trace_execution_times: bool = False,
+                 overlapping_allreduce: bool = True, backward_passes_per_step: int = 1,
+                 average_grads_across_microbatches: bool = True, bucket_cap_mb: float = 25,
+                 trace_memory_usage: bool = False, broadcast_buffers: bool = True,
+                 gradient_as_bucket_view: bool = False, **unsupported):
+        s = require()
+        if unsupported:
+            raise SMPUnsupportedError(f"smp.DistributedModel: unsupported argument(s) "
+                                      f"{', '.join(sorted(unsupported))}")
+        if backward_passes_per_step != 1:
+            raise SMPUnsupportedError("smp.DistributedModel: backward_passes_per_step != 1 is not implemented "
+                                      "(accumulate over more microbatches instead)")
+        if not isinstance(module, torch.nn.Module):
+            raise SMPValidationError(f"smp.DistributedModel: expected a torch.nn.Module, got "
+                                     f"{type(module).__name__}")
+        if isinstance(module, DistributedModel):
+            raise SMPValidationError("smp.DistributedModel: the module is wrapped already")
+        super().__init__()
+        self.module = module
+        self._smp = _Options(rt=None, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=broadcast_buffers,
+                             average_grads_across_microbatches=average_grads_across_microbatches,
+                             overlapping_allreduce=overlapping_allreduce, hooks=[], partial_keys=None,
+                             partial_strict=True, epoch=s.epoch)
+        s.model = self
+
+    # ------------------------------------------------------------- attribute access
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in ("module", "_smp") or "module" not in self.__dict__.get("_modules", {}):
+                raise
+            return getattr(self.__dict__["_modules"]["module"], name)
+
+    # ------------------------------------------------------------- calls
+    def forward(self, *args, **kwargs):
+        s = require()
+        if s.step_ctx is None:
+            raise SMPValidationError(
+                "smp: the smp.DistributedModel can only be called inside an @smp.step function; for "
+                "inference outside the pipeline, load model.state_dict() into a plain copy of the module")
+        return s.step_ctx.model_call(args, kwargs)
+
+    def backward(self, tensors, grad_tensors=None) -> None:
+        """Queues the backward pass of this microbatch (like torch.autograd.backward)."""
+        s = require()
+        if s.step_ctx is None:
+            raise SMPValidationError("smp: model.backward() must be called inside an @smp.step function")
+        s.step_ctx.record_backward(tensors, grad_tensors)
+
+    @property
+    def partitioned(self) -> bool:
+        return self._smp.rt is not None
+
+    def register_post_partition_hook(self, hook: Callable) -> _Handle:
+        """`hook(model, optimizer)` runs once, right after partitioning (before the first pipeline task)."""
+        self._smp.hooks.append(hook)
+        return _Handle(self._smp.hooks, hook)
+
+    def _run_step(self, ctx) -> List[Any]:
+        s = require()
+        if self._smp.epoch != s.epoch or s.model is not self:
+            raise SMPValidationError("smp: this DistributedModel belongs to an earlier smp.init(); wrap the "
+                                     "model again")
+        if self._smp.rt is None:
+            self._partition(ctx)
+        rt = self._smp.rt
+        key, plan = rt.plan_for(ctx.calls[0])
+        backward = ctx.calls[0].grad_enabled
+        sched = rt.schedule_for(key, plan, ctx.m, backward)
+        return Executor(rt, ctx, plan, sched, backward).run()
+
+    def _partition(self, ctx) -> None:
+        s = require()
+        _check_same_inputs(ctx, s)
+        rt = ModelRuntime.create(self, ctx.calls[0], s)
+        self._smp.rt = rt
+        if self._smp.partial_keys is not None:
+            local = [n for n, o in rt.pl.owner.items() if o == rt.me]
+            missing = [n for n in local if n not in self._smp.partial_keys
+                       and n in dict(self.module.state_dict(keep_vars=True))]
+            if missing and self._smp.partial_strict:
+                raise SMPValidationError(
+                    f"smp: the partial state_dict loaded before partitioning lacks {len(missing)} entries of "
+                    f"this rank's partition (e.g. '{missing[0]}'): it was saved with another partitioning; "
+                    f"use smp.resume_from_checkpoint, which merges every partition's file")
+            self._smp.partial_keys = None
+        for opt in s.optimizers:
+            opt._smp_prune()
+        for hook in list(self._smp.hooks):
+            hook(self, s.optimizers[0] if s.optimizers else None)
+
+    # ------------------------------------------------------------- local views
+    def _owned(self, name: str) -> bool:
+        rt = self._smp.rt
+        return rt is None or rt.pl.owner.get(name, 0) == rt.me
+
+    def local_named_parameters(self) -> Iterator[Tuple[str, torch.nn.Parameter]]:
+        for n, p in self.module.named_parameters():
+            if self._owned(n):
+                yield n, p
+
+    def local_parameters(self) -> Iterator[torch.nn.Parameter]:
+        for _, p in self.local_named_parameters():
+            yield p
+
+    def local_named_buffers(self) -> Iterator[Tuple[str, torch.Tensor]]:
+        for n, b in self.module.named_buffers():
+            if self._owned(n):
+                yield n, b
+
+    def local_buffers(self) -> Iterator[torch.Tensor]:
+        for _, b in self.local_named_buffers():
+            yield b
+
+    def local_named_modules(self) -> Iterator[Tuple[str, torch.nn.Module]]:
+        rt = self._smp.rt
+        if rt is None:
+            yield from self.module.named_modules()
+            return
+        for u in rt.pl.units:
+            if rt.pl.unit_part[u] == rt.me:
+                m = self.module.get_submodule(u) if u else self.module
+                for n, sub in m.named_modules():
+                    yield (f"{u}.{n}" if u and n else u or n), sub
+
+    def local_modules(self) -> Iterator[torch.nn.Module]:
+        for _, m in self.local_named_modules():
+            yield m
+
+    # ------------------------------------------------------------- state
+    def local_state_dict(self) -> Dict[str, Any]:
+        sd = collections.OrderedDict((k, v) for k, v in self.module.state_dict().items() if self._owned(k))
+        sd["_smp_is_partial"] = True
+        return sd
+
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False, **kw):
+        """The whole model's state_dict (gathered over the model replica), keyed as the plain module."""
+        rt = self._smp.rt
+        if rt is None:
+            return self.module.state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
+        s = require()
+        local = self.local_state_dict()
+        local.pop("_smp_is_partial")
+        parts: List[Any] = [None] * s.pp_size
+        dist.all_gather_object(parts, {k: v.detach() for k, v in local.items()}, group=s.pipe)
+        merged = {}
+        for p in parts:
+            merged.update(p)
+        out = collections.OrderedDict() if destination is None else destination
+        for k in self.module.state_dict(keep_vars=True):
+            if k in merged:
+                out[prefix + k] = merged[k]
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        sd = dict(state_dict)
+        partial = bool(sd.pop("_smp_is_partial", False))
+        rt = self._smp.rt
+        if rt is None:
+            if partial:
+                self._smp.partial_keys = set(sd)
+                self._smp.partial_strict = strict
+                return self.module.load_state_dict(sd, strict=False)
+            return self.module.load_state_dict(sd, strict=strict)
+        replicated = set(rt.pl.replicated)   # buffers every partition reads: loaded everywhere
+        own = {n: t for n, t in list(self.module.named_parameters(remove_duplicate=False)) +
+               list(self.module.named_buffers(remove_duplicate=False)) if self._owned(n) or n in replicated}
+        keys = set(self.module.state_dict(keep_vars=True))
+        missing = [n for n in own if n in keys and n not in sd]
+        unexpected = [k for k in sd if k not in keys]
+        if strict and (missing or (unexpected and not partial)):
+            raise RuntimeError(f"smp: load_state_dict: missing keys {missing[:8]}, unexpected keys "
+                               f"{unexpected[:8]}")
+        with torch.no_grad():
+            for n, t in own.items():
+                if n in sd:
+                    t.copy_(sd[n])
+        return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+    # ------------------------------------------------------------- gradients
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clips the gradients of the whole model by their total norm over every partition."""
+        return clip.clip_grad_norm_(self.parameters(), max_norm, norm_type)
+
+
+def _check_same_inputs(ctx, s) -> None:
+    """Every rank of a replica must be given the same batch (checked once, at partitioning)."""
+    if s.pp_size == 1:
+        return
+    total = torch.zeros(2, dtype=torch.float64)
+    for call in ctx.calls:
+        for v in list(call.args) + list(call.kwargs.values()):
+            for t in _tensors(v):
+                total[0] += t.detach().double().sum() if t.numel() else 0.0
+                total[1] += t.numel()
+    got = [torch.zeros(2, dtype=torch.float64) for _ in range(s.pp_size)]
+    dist.all_gather(got, total, group=s.pipe)
+    for p, g in enumerate(got):
+        if not torch.allclose(g, got[0], rtol=1e-9, atol=1e-6, equal_nan=True):
+            raise SMPValidationError(
+                f"smp: the ranks of this model replica were given different inputs (pp_rank 0 and pp_rank "
+                f"{p} disagree): every rank of a replica must load the same batch (shard data by dp_rank)")
+
+
+def _tensors(v: Any) -> List[torch.Tensor]:
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [t for x in v for t in _tensors(x)]
+    if isinstance(v, dict):
+        return [t for x in v.values() for t in _tensors(x)]
+    return []
+

@@ -1,0 +1,211 @@
+"""The partitioned model on this rank: placement, graphs, schedules, ownership.
+
+Created on the first step (``ModelRuntime.create``), on every rank:
+
+1. the placement: automatic (rank 0 measures and decides, then broadcasts the
+   decision, or its error, to every rank) or manual (every rank computes it
+   from the smp.partition tags); rank 0 prints it;
+2. every parameter and buffer gets an owning partition; the DP group's
+   dp_rank 0 broadcasts the local parameters and buffers to its replicas, rank
+   0 broadcasts the buffers that every partition reads (glue buffers);
+3. parameters owned by other partitions are freed (``.data`` becomes an empty
+   tensor; their shapes stay known for tracing), and optimizer state for them
+   is dropped.
+
+Afterwards each distinct way of calling the model (which arguments are
+tensors, the values of the others, train/eval) gets its graph and segments
+(graph.py, stages.py), and each (graph, microbatches, backward) its schedule.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from . import graph as G
+from . import placement as P
+from . import schedule as S
+from . import stages
+from . import tracing
+from .errors import SMPTraceError
+from .grads import GradReducer
+from .state import _State
+
+
+def _flat_broadcast(tensors: List[torch.Tensor], src: int, group) -> None:
+    by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for ts in by_dtype.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in ts]) if ts else None
+        if flat is None or flat.numel() == 0:
+            continue
+        dist.broadcast(flat, src, group=group)
+        off = 0
+        with torch.no_grad():
+            for t in ts:
+                t.copy_(flat[off:off + t.numel()].view_as(t))
+                off += t.numel()
+
+
+class ModelRuntime:
+    def __init__(self, model, pl: P.Placement, s: _State):
+        self.model = model
+        self.root: torch.nn.Module = model.module
+        self.pl = pl
+        self.s = s
+        self.me = s.pp_rank
+        self.param_by_name = dict(self.root.named_parameters(remove_duplicate=False))
+        self.buffer_by_name = dict(self.root.named_buffers(remove_duplicate=False))
+        self.meta_state = {k: torch.empty(v.shape, dtype=v.dtype, device="meta")
+                           for k, v in list(self.param_by_name.items()) + list(self.buffer_by_name.items())}
+        seen = set()
+        self.local_params: List[torch.nn.Parameter] = []
+        for name, p in self.param_by_name.items():
+            if pl.owner[name] == self.me and id(p) not in seen:
+                seen.add(id(p))
+                self.local_params.append(p)
+        self.local_ids = seen
+        self.forward_params = list(inspect.signature(self.root.forward).parameters)
+        self.plans: Dict[Any, stages.Plan] = {}
+        self.schedules: Dict[Any, S.Schedule] = {}
+        self.reducer: Optional[GradReducer] = None
+        if s.dp_size > 1:
+            self.reducer = GradReducer(self.local_params, s.grad, model._smp.bucket_cap_mb * 2**20)
+
+    # ------------------------------------------------------------- creation
+    @classmethod
+    def create(cls, model, call, s: _State) -> "ModelRuntime":
+        cfg = s.cfg
+        root = model.module
+        bound = G.bind(root, call.args, call.kwargs)
+        microbatch = _batch_of(call.args, call.kwargs)
+        if cfg.partitions == 1:
+            pl = P.Placement(1, "single", [""], {"": 0})
+            P.assign_owners(root, pl, None, 0)
+        elif cfg.auto_partition:
+            msg: List[Any] = [None]
+            error = None
+            if s.rank == 0:
+                try:
+                    costs = tracing.measure(root, call.args, call.kwargs)
+                    pl, g = P.auto_placement(root, costs, cfg.partitions, cfg.memory_weight, bound)
+                    P.assign_owners(root, pl, g, cfg.default_partition)
+                    msg = [("ok", pl)]
+                except Exception as e:  # noqa: BLE001 - every rank must learn about it
+                    error = e
+                    msg = [("error", f"{type(e).__name__}: {e}")]
+            dist.broadcast_object_list(msg, src=0, group=s.ctl)
+            kind, value = msg[0]
+            if kind == "error":
+                if error is not None:
+                    raise error
+                raise SMPTraceError(f"smp: automatic partitioning failed on rank 0: {value}")
+            pl = value
+        else:
+            pl = P.manual_placement(root, cfg.partitions, cfg.default_partition)
+            g = None
+            if pl.mode == "manual":
+                try:
+                    g = G.trace(root, pl.units, bound)
+                except G.TraceFailure as e:
+                    raise SMPTraceError(
+                        f"smp: {e}; with manual partitioning, every module whose submodules are on "
+                        f"different partitions must have a traceable forward") from e.cause
+            P.assign_owners(root, pl, g, cfg.default_partition)
+        if s.rank == 0:
+            print(P.describe(root, pl, microbatch), flush=True)
+        rt = cls(model, pl, s)
+        rt._distribute()
+        return rt
+
+    def _distribute(self) -> None:
+        s = self.s
+        if s.dp_size > 1:
+            local = list(self.local_params)
+            if self.model._smp.broadcast_buffers:
+                local += [b for n, b in self.buffer_by_name.items() if self.pl.owner[n] == self.me]
+            _flat_broadcast(local, s.dp_ranks[0], s.grad)
+        rep = [self.buffer_by_name[n] for n in self.pl.replicated]
+        if rep and s.world_size > 1:
+            _flat_broadcast(rep, 0, s.ctl)
+        with torch.no_grad():
+            for name, p in self.param_by_name.items():
+                if id(p) not in self.local_ids and p.numel():
+                    p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+                    p.grad = None
+
+    # ------------------------------------------------------------- plans
+    def plan_for(self, call) -> Tuple[Any, stages.Plan]:
+        bound = G.bind(self.root, call.args, call.kwargs)
+        key = (tuple((k, "T") if not G.is_concrete(v) else (k, repr(v)) for k, v in bound.items()),
+               tuple(m.training for m in self.root.modules()))
+        plan = self.plans.get(key)
+        if plan is None:
+            if self.pl.mode == "single":
+                plan = stages.single(self.pl.unit_part[""])
+            else:
+                try:
+                    g = G.trace(self.root, self.pl.units, bound, self.meta_state)
+                except G.TraceFailure as e:
+                    raise SMPTraceError(f"smp: {e}") from e.cause
+                plan = stages.build(g, self.pl, set(self.param_by_name))
+                plan.ph_name = {n: self.forward_params[i] for i, n in enumerate(plan.placeholders)}
+            self.plans[key] = plan
+        return key, plan
+
+    def schedule_for(self, key, plan: stages.Plan, m: int, backward: bool) -> S.Schedule:
+        cfg = self.s.cfg
+        skey = (key, m, backward)
+        sc = self.schedules.get(skey)
+        if sc is None:
+            sc = S.build([seg.part for seg in plan.segments], [seg.preds for seg in plan.segments],
+                         cfg.partitions, m, backward=backward, policy=cfg.pipeline,
+                         active=cfg.active_microbatches)
+            self.schedules[skey] = sc
+        return sc
+
+    # ------------------------------------------------------------- parameters of segments
+    def segment_params(self, plan: stages.Plan, seg: stages.Segment) -> List[torch.nn.Parameter]:
+        if plan.graph is None:
+            return list(self.local_params)
+        out, seen = [], set()
+        for n in reversed(seg.nodes):
+            if n.op == "call_module":
+                ps = list(self.root.get_submodule(n.target).parameters())
+            elif n.op == "get_attr" and n.target in self.param_by_name:
+                ps = [self.param_by_name[n.target]]
+            else:
+                continue
+            for p in reversed(ps):
+                if id(p) in self.local_ids and id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
+
+    def final_groups(self, plan: stages.Plan, sched: S.Schedule, m: int) -> Dict[int, List[torch.nn.Parameter]]:
+        """Per local segment: the local parameters whose gradient is final after B(m-1, segment)."""
+        tasks = sched.tasks_of(self.me)
+        pos = {t.seg: i for i, t in enumerate(tasks) if t.kind == "B" and t.mb == m - 1}
+        final: Dict[int, int] = {}
+        params: Dict[int, torch.nn.Parameter] = {}
+        for seg in plan.segments_of(self.me):
+            for p in self.segment_params(plan, seg):
+                params[id(p)] = p
+                if id(p) not in final or pos.get(seg.index, -1) > pos.get(final[id(p)], -1):
+                    final[id(p)] = seg.index
+        groups: Dict[int, List[torch.nn.Parameter]] = {}
+        for pid, sidx in final.items():
+            groups.setdefault(sidx, []).append(params[pid])
+        return dict(sorted(groups.items(), key=lambda kv: pos.get(kv[0], 0)))
+
+
+def _batch_of(args, kwargs) -> Optional[int]:
+    for v in list(args) + list(kwargs.values()):
+        if isinstance(v, torch.Tensor) and v.dim() > 0:
+            return v.size(0)
+    return None
+

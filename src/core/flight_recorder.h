@@ -1,0 +1,74 @@
+// core/flight_recorder.h — the last N operations of one communicator, kept
+// for post-mortems: what each rank was doing when a job hung or broke.
+//
+// A fixed ring of entries, written when an operation is queued, starts and
+// ends, and read whole by snapshot() (the executor on a failure, the observer
+// thread on SIGUSR1). An id names an entry; once the ring has wrapped past
+// it, updates to that id are ignored.
+//
+// Thread-safety: every method may be called from any thread; each takes mu_
+// for a few stores (it never allocates once every slot has been used at its
+// largest, and never does I/O under the lock).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shoal::core {
+
+enum class OpState : uint8_t { kQueued, kRunning, kDone, kFailed };
+const char* op_state_name(OpState s);
+
+// What the recorder keeps of one operation.
+struct TraceEntry {
+  uint64_t id = 0;         // 1, 2, ... in queue order; 0: an empty slot
+  uint64_t seq = 0;        // the collective's sequence number; 0 for send/recv
+  uint8_t coll = 0;        // coll::Coll
+  uint8_t dtype = 0;       // DataType
+  int redop = -1;          // ReduceOp as the caller gave it; -1: not a reduction
+  int root = -1;           // rooted collectives; -1 otherwise
+  int peer = -1;           // send/recv: the peer (-1: any source)
+  int64_t tag = -1;        // send/recv: the user's tag
+  uint64_t count = 0;      // elements, as every rank sees the collective
+  uint64_t bytes = 0;      // bytes of this rank's buffer that the operation moves
+  std::string_view algo;   // the algorithm (names live in the registry, forever)
+  std::vector<int> peers;  // ranks it exchanged messages with (known once it ended)
+  OpState state = OpState::kQueued;
+  int64_t enqueued_us = 0;  // wall clock, microseconds since the epoch
+  int64_t started_us = 0;   // 0: not started
+  int64_t ended_us = 0;     // 0: not ended
+  std::string error;        // why it failed
+};
+
+class FlightRecorder {
+ public:
+  // capacity 0: everything is a no-op and snapshot() is empty.
+  explicit FlightRecorder(size_t capacity);
+
+  size_t capacity() const { return ring_.size(); }
+
+  // Records a queued operation (its id and state are set here); returns the id.
+  uint64_t enqueued(const TraceEntry& e);
+  void started(uint64_t id, int64_t now_us, std::string_view algo);
+  // The end of an operation: copies what is known only now (state, end
+  // time, error, algorithm, peers) from `e` into the entry e.id.
+  void ended(const TraceEntry& e);
+
+  // The entries still held, oldest first.
+  std::vector<TraceEntry> snapshot() const;
+
+ private:
+  TraceEntry* find(uint64_t id);  // REQUIRES(mu_)
+
+  mutable std::mutex mu_;
+  std::vector<TraceEntry> ring_;  // GUARDED_BY(mu_)
+  uint64_t next_id_ = 1;          // GUARDED_BY(mu_)
+};
+
+// One JSON object (a line of a dump) per entry, and the names used in it.
+std::string trace_entry_json(const TraceEntry& e);
+
+}  // namespace shoal::core

@@ -1,0 +1,337 @@
+"""shoal.modelparallel pieces that need no other process: config, rank layout, schedules,
+partitioning, graph segments, transfers, microbatch splitting, the SageMaker alias."""
+
+import collections
+import itertools
+import json
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+
+import mp_models as M
+import shoal.modelparallel as smp
+from shoal.modelparallel import config as C
+from shoal.modelparallel import graph as G
+from shoal.modelparallel import placement as P
+from shoal.modelparallel import schedule as S
+from shoal.modelparallel import stages, tracing, transfer
+from shoal.modelparallel.steps import StepOutput, split_inputs, wrap_outputs
+from shoal.modelparallel.topology import Topology
+
+# ----------------------------------------------------------------- config
+
+
+def test_config_defaults_and_alias():
+    c = C.parse({}, environ={})
+    assert (c.partitions, c.microbatches, c.pipeline, c.auto_partition, c.ddp) == (1, 1, "interleaved", True, False)
+    assert c.memory_weight == 0.8 and c.optimize == "memory" and c.active_microbatches == 3
+    c = C.parse({"pipeline_parallel_degree": 4, "optimize": "speed", "microbatches": 8}, environ={})
+    assert c.partitions == 4 and c.memory_weight == 0.2 and c.active_microbatches == 6
+    assert C.parse({"partitions": 2, "pipeline_parallel_degree": 2}, environ={}).partitions == 2
+
+
+@pytest.mark.parametrize("cfg, err, words", [
+    ({"partitons": 2}, smp.SMPConfigError, ["unknown key 'partitons'", "did you mean 'partitions'"]),
+    ({"partitions": 2, "pipeline_parallel_degree": 4}, smp.SMPConfigError, ["disagree"]),
+    ({"microbatches": "4"}, smp.SMPConfigError, ["'microbatches' must be an integer"]),
+    ({"microbatches": 0}, smp.SMPConfigError, ["'microbatches' must be >= 1"]),
+    ({"ddp": "true"}, smp.SMPConfigError, ["'ddp' must be true or false"]),
+    ({"pipeline": "1f1b"}, smp.SMPConfigError, ["'pipeline' must be one of 'simple', 'interleaved'"]),
+    ({"memory_weight": 1.5}, smp.SMPConfigError, ["'memory_weight' must be a number in [0, 1]"]),
+    ({"partitions": 2, "default_partition": 2}, smp.SMPConfigError, ["'default_partition' is 2"]),
+    ({"placement_strategy": "ring"}, smp.SMPConfigError, ["'placement_strategy'"]),
+    ({"tensor_parallel_degree": 2}, smp.SMPUnsupportedError, ["'tensor_parallel_degree'", "tensor parallelism"]),
+    ({"fp16": True}, smp.SMPUnsupportedError, ["'fp16'"]),
+    ({"shard_optimizer_state": True}, smp.SMPUnsupportedError, ["'shard_optimizer_state'"]),
+    ({"activation_loading_horizon": 4}, smp.SMPUnsupportedError, ["'activation_loading_horizon'"]),
+    ([("partitions", 2)], smp.SMPConfigError, ["must be a dict"]),
+])
+def test_config_errors_name_the_key(cfg, err, words):
+    with pytest.raises(err) as e:
+        C.parse(cfg, environ={})
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_config_off_values_of_unimplemented_keys_are_accepted():
+    c = C.parse({"tensor_parallel_degree": 1, "fp16": False, "deterministic_server": True}, environ={})
+    assert c.partitions == 1
+
+
+def test_config_against_the_world_size():
+    with pytest.raises(smp.SMPConfigError, match="does not divide the world size 4"):
+        C.parse({"partitions": 3}, environ={}, world_size=4)
+    with pytest.raises(smp.SMPConfigError, match="needs 'ddp': true"):
+        C.parse({"partitions": 2}, environ={}, world_size=4)
+    assert C.parse({"partitions": 2, "ddp": True}, environ={}, world_size=4).partitions == 2
+
+
+def test_config_from_the_environment():
+    env = {"SHOAL_MP_CONFIG": json.dumps({"partitions": 2}),
+           "SM_HP_MP_PARAMETERS": json.dumps({"partitions": 4, "microbatches": 2})}
+    c = C.parse(None, environ=env)
+    assert c.partitions == 2 and c.source == "SHOAL_MP_CONFIG"
+    c = C.parse(None, environ={"SM_HP_MP_PARAMETERS": env["SM_HP_MP_PARAMETERS"]})
+    assert (c.partitions, c.microbatches, c.source) == (4, 2, "SM_HP_MP_PARAMETERS")
+    with pytest.raises(smp.SMPConfigError, match="SHOAL_MP_CONFIG is not valid JSON"):
+        C.parse(None, environ={"SHOAL_MP_CONFIG": "{partitions: 2}"})
+    with pytest.raises(smp.SMPConfigError, match=r"\(SHOAL_MP_CONFIG\): unknown key 'bogus'"):
+        C.parse(None, environ={"SHOAL_MP_CONFIG": '{"bogus": 1}'})
+    assert C.parse({"partitions": 8}, environ=env).partitions == 8   # an explicit dict wins
+
+
+# ----------------------------------------------------------------- topology
+
+def test_placement_cluster_and_spread():
+    t = Topology(8, 2, C.placement_order("cluster"))
+    assert t.mp_groups() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert t.dp_groups() == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    t = Topology(8, 2, C.placement_order("spread"))
+    assert t.mp_groups() == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert t.dp_groups() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert t.dp_rank(6) == 2 and t.pp_rank(6) == 1
+    assert C.placement_order("DPT") == "DP" and C.placement_order("TPD") == "PD"
+    for ws, p, order in itertools.product([1, 2, 4, 6, 8], [1, 2], ["DP", "PD"]):
+        if ws % p:
+            continue
+        t = Topology(ws, p, order)
+        seen = sorted(r for g in t.mp_groups() for r in g)
+        assert seen == list(range(ws))
+        for r in range(ws):
+            assert t.rank_of(t.pp_rank(r), t.dp_rank(r)) == r
+            assert r in t.mp_group(r) and r in t.dp_group(r)
+
+
+# ----------------------------------------------------------------- schedules
+
+def _check_valid(parts, preds, sched, m, backward=True):
+    succs = collections.defaultdict(set)
+    for s, ps in enumerate(preds):
+        for p in ps:
+            succs[p].add(s)
+    end = {}
+    for w, order in enumerate(sched.order):
+        t_prev = -1.0
+        for t in order:
+            assert parts[t.seg] == w
+            st = sched.start[t]
+            assert st >= t_prev
+            cost = 1.0 if t.kind == "F" else 2.0
+            end[t] = st + cost
+            t_prev = end[t]
+    for t, st in sched.start.items():
+        deps = [S.Task("F", t.mb, p) for p in preds[t.seg]] if t.kind == "F" else \
+            [S.Task("F", t.mb, t.seg)] + [S.Task("B", t.mb, c) for c in succs[t.seg]]
+        for d in deps:
+            assert end[d] <= st + 1e-9, (t, d)
+    n = len(parts) * m * (2 if backward else 1)
+    assert len(sched.start) == n
+
+
+@pytest.mark.parametrize("policy", ["simple", "interleaved"])
+@pytest.mark.parametrize("p, m", [(2, 1), (2, 4), (4, 4), (4, 8), (3, 5)])
+def test_chain_schedule_matches_the_theory(policy, p, m):
+    parts, preds = list(range(p)), [[]] + [[s - 1] for s in range(1, p)]
+    sc = S.build(parts, preds, p, m, policy=policy, active=p + 2 if policy == "interleaved" else None)
+    _check_valid(parts, preds, sc, m)
+    assert sc.makespan == pytest.approx((m + p - 1) * 3)     # forward 1 + backward 2 per slot
+    busy = m * 3
+    assert 1 - busy / sc.makespan == pytest.approx(S.bubble_fraction(p, m))
+    for order in sc.order:
+        kinds = "".join(t.kind for t in order)
+        if policy == "simple":
+            assert kinds == "F" * m + "B" * m
+
+
+def test_interleaved_limits_microbatches_in_flight():
+    p, m, active = 4, 12, 4
+    parts, preds = list(range(p)), [[]] + [[s - 1] for s in range(1, p)]
+    sc = S.build(parts, preds, p, m, policy="interleaved", active=active)
+    for order in sc.order:
+        live = peak = 0
+        for t in order:
+            live += 1 if t.kind == "F" else -1
+            peak = max(peak, live)
+        assert peak <= active
+    assert max(sum(1 for t in sc.order[0][:k] if t.kind == "F") -
+               sum(1 for t in sc.order[0][:k] if t.kind == "B") for k in range(len(sc.order[0]))) <= active
+
+
+def test_random_segment_dags_schedule_validly():
+    rng = random.Random(3)
+    for _ in range(60):
+        nparts = rng.randint(1, 4)
+        nseg = rng.randint(1, 7)
+        parts = [rng.randrange(nparts) for _ in range(nseg)]
+        preds = [sorted(rng.sample(range(s), rng.randint(0, min(2, s)))) for s in range(nseg)]
+        m = rng.randint(1, 5)
+        for policy in ("simple", "interleaved"):
+            for backward in (True, False):
+                sc = S.build(parts, preds, nparts, m, backward=backward, policy=policy, active=rng.randint(1, 4))
+                _check_valid(parts, preds, sc, m, backward)
+
+
+# ----------------------------------------------------------------- partitioning
+
+def test_split_contiguous_is_optimal():
+    rng = random.Random(1)
+    for _ in range(200):
+        n = rng.randint(1, 8)
+        k = rng.randint(1, n)
+        costs = [rng.choice([0.0, rng.random()]) for _ in range(n)]
+        stage = P.split_contiguous(costs, k)
+        assert stage == sorted(stage) and set(stage) == set(range(k))
+        got = max(sum(c for c, s in zip(costs, stage) if s == g) for g in range(k))
+        best = min(max(sum(costs[a:b]) for a, b in zip((0,) + cuts, cuts + (n,)))
+                   for cuts in itertools.combinations(range(1, n), k - 1))
+        assert got == pytest.approx(best)
+
+
+def test_auto_partition_balances_and_keeps_tied_modules_together():
+    torch.manual_seed(0)
+    m = M.Chain(depth=6)
+    x = torch.randn(4, 8)
+    costs = tracing.measure(m, (x,), {})
+    assert costs["blocks.0"].calls == 1 and costs["blocks.0"].act_bytes == 4 * 16 * 4
+    pl, g = P.auto_placement(m, costs, 2, 1.0, G.bind(m, (x,), {}))   # memory only: deterministic
+    assert pl.units == ["inp", "blocks.0", "blocks.1", "blocks.2", "blocks.3", "blocks.4", "blocks.5", "out"]
+    assert [pl.unit_part[u] for u in pl.units] == [0, 0, 0, 0, 1, 1, 1, 1]
+    gpt = M.TinyGPT(layers=4)
+    idx = torch.randint(0, 13, (2, 5))
+    costs = tracing.measure(gpt, (idx,), {})
+    pl, g = P.auto_placement(gpt, costs, 2, 0.5, G.bind(gpt, (idx,), {}))
+    assert pl.unit_part["head"] == pl.unit_part["tok"] == 0
+    P.assign_owners(gpt, pl, g, 0)
+    assert pl.units[0] == "tok" and pl.owner["pos"] == pl.unit_part[pl.units[1]]   # the unit read after it
+    assert pl.owner["head.weight"] == pl.owner["tok.weight"] == 0
+    assert "partition" in P.describe(gpt, pl, 2)
+
+
+def test_smp_partition_tags_modules_created_inside():
+    with smp.partition(1):
+        a = nn.Linear(2, 2)
+        with smp.partition(0):
+            b = nn.Sequential(nn.Linear(2, 2))
+        c = nn.ReLU()
+    d = nn.Linear(2, 2)
+    assert (a._smp_partition, b._smp_partition, b[0]._smp_partition, c._smp_partition) == (1, 0, 0, 1)
+    assert not hasattr(d, "_smp_partition")
+    assert nn.Module.__init__ is not P._tagging_init
+    with pytest.raises(smp.SMPValidationError):
+        with smp.partition(-1):
+            pass
+    m = M.Manual(smp, 2, depth=4)
+    pl = P.manual_placement(m, 2, 0)
+    assert pl.mode == "manual"
+    assert pl.unit_part == {"inp": 0, "blocks.0": 0, "blocks.1": 0, "blocks.2": 1, "blocks.3": 1, "out": 1}
+
+
+# ----------------------------------------------------------------- graph and segments
+
+def test_gpt_graph_segments():
+    torch.manual_seed(0)
+    gpt = M.TinyGPT(layers=4)
+    idx = torch.randint(0, 13, (2, 7))
+    units = ["tok", "blocks.0", "blocks.1", "blocks.2", "blocks.3", "ln_f", "head"]
+    pl = P.Placement(2, "auto", units, {"tok": 0, "blocks.0": 0, "blocks.1": 0, "blocks.2": 1,
+                                        "blocks.3": 1, "ln_f": 1, "head": 0})
+    g = G.trace(gpt, units, G.bind(gpt, (idx,), {}))
+    P.assign_owners(gpt, pl, g, 0)
+    plan = stages.build(g, pl, set(dict(gpt.named_parameters(remove_duplicate=False))))
+    assert [s.part for s in plan.segments] == [0, 1, 0]
+    assert plan.output_seg == 2
+    rep = {n.name for n in plan.replicated}
+    assert {"idx", "arange"} <= rep, rep          # inputs and what derives from them only
+    crossing = {n.name for e in plan.edges for n in e.values}
+    assert "blocks_1" in crossing and "ln_f" in crossing
+    # the int `t` (from idx.size()) is replicated, never sent
+    assert not any("getitem" in n for n in crossing), crossing
+
+
+def test_untraceable_root_is_named():
+    class Bad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(2, 2)
+
+        def forward(self, x):
+            if x.sum() > 0:
+                return self.a(x)
+            return x
+    with pytest.raises(G.TraceFailure, match="control flow"):
+        G.trace(Bad(), ["a"], {"x": torch.ones(2, 2)})
+
+
+# ----------------------------------------------------------------- transfers
+
+def test_transfer_round_trip():
+    big = {"names": [f"name {i:04d}" * 4 for i in range(40)]}   # metadata larger than the header
+    x = torch.randn(3, 5, requires_grad=True)
+    obj = {"h": x * 2, "t": (torch.arange(7), None, 3.5), "nc": torch.randn(6, 4).t(), "e": torch.empty(0, 2),
+           "b": torch.ones(3, dtype=torch.bool), "bf": torch.randn(5).to(torch.bfloat16), "big": big}
+    header, extra, data, tensors = transfer.pack(obj)
+    assert extra is not None and len(tensors) == 6 and len(data) == 5   # the empty tensor sends nothing
+    import struct
+    meta_len, ndata = struct.unpack("<QQ", header.numpy()[:16].tobytes())
+    assert ndata == 5
+    meta = header.numpy()[16:16 + transfer.HEADER_BYTES - 16].tobytes()[:meta_len] + extra.numpy().tobytes()
+    payload, received, grads = transfer._allocate(meta)
+    it = iter(data)
+    for t in received:                       # what the receiver's irecvs would write
+        if t.numel():
+            t.copy_(next(it))
+    got, leaves = transfer._finish(payload, received, grads)
+    assert got["big"] == big and got["t"][1:] == (None, 3.5)
+    for k in ("h", "nc", "e", "b", "bf"):
+        assert got[k].dtype == obj[k].dtype and torch.equal(got[k], obj[k].detach()), k
+    assert got["h"].requires_grad and got["h"].is_leaf and not got["t"][0].requires_grad
+    new, leaves, originals = transfer.detached(obj)
+    assert originals[0] is obj["h"] and leaves[0].is_leaf and leaves[0].requires_grad
+
+
+# ----------------------------------------------------------------- steps
+
+def test_microbatch_splitting():
+    def fn(model, x, extra, d, flag=True):
+        pass
+    Pair = collections.namedtuple("Pair", "a b")
+
+    class Sliceable:
+        def __init__(self, t):
+            self.t = t
+
+        def smp_slice(self, num_mb, mb, axis):
+            n = self.t.size(axis) // num_mb
+            return Sliceable(self.t.narrow(axis, mb * n, n))
+    x = torch.arange(8).reshape(8, 1)
+    parts = split_inputs(fn, (nn.Linear(1, 1), x, Pair(torch.arange(4), 7), {"s": Sliceable(torch.zeros(2, 8))}),
+                         {}, 4, non_split=[], axes={"d": 1})
+    assert len(parts) == 4
+    args, _ = parts[2]
+    assert torch.equal(args[1], x[4:6]) and args[2].a.tolist() == [2] and args[2].b == 7
+    assert args[3]["s"].t.shape == (2, 2) and len(args) == 4
+    parts = split_inputs(fn, (None, x, torch.ones(3), {}), {}, 2, non_split=["extra"], axes={})
+    assert parts[1][0][2].shape == (3,)
+    with pytest.raises(smp.SMPValidationError, match="not divisible by microbatches=3"):
+        split_inputs(fn, (None, x, None, None), {}, 3, non_split=[], axes={})
+    with pytest.raises(smp.SMPValidationError, match="'nope'"):
+        split_inputs(fn, (None, x, None, None), {}, 2, non_split=["nope"], axes={})
+
+
+def test_step_outputs():
+    out = wrap_outputs([(torch.tensor(1.0), 2, {"k": torch.ones(2)}), (torch.tensor(3.0), 4, {"k": torch.zeros(2)})])
+    loss, n, d = out
+    assert isinstance(loss, StepOutput) and loss.reduce_mean().item() == 2.0 and loss.reduce_sum().item() == 4.0
+    assert list(n) == [2, 4] and sum(n) == 6 and n.reduce_mean() == 3.0
+    assert d["k"].concat().tolist() == [1, 1, 0, 0] and d["k"].stack().shape == (2, 2)
+    assert wrap_outputs([None, None]) is None
+
+
+def test_sagemaker_import_path_is_the_same_module():
+    import smdistributed.modelparallel.torch as smp2
+    import smdistributed.modelparallel.torch.amp as amp2
+    assert smp2 is smp and amp2 is smp.amp
+    from smdistributed.modelparallel.torch import DistributedModel, step
+    assert DistributedModel is smp.DistributedModel and step is smp.step
