@@ -289,6 +289,14 @@ TEST(TcpTransportAuth, StrangersAreRejectedAndLoggedThenTheRankPeerIsServed) {
   EXPECT_TRUE(contains(log, "closed before its hello")) << log;
   EXPECT_EQ(a.t->broken(), nullptr);
 
+  // One that connects and resets at once (its address can no longer be
+  // asked for): refused without harm, whenever the rank gets to it.
+  {
+    net::Fd s = a.connect();
+    linger lg{1, 0};
+    ASSERT_EQ(::setsockopt(s.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+  }
+
   // The rank's real peer still gets through, and its frames are delivered.
   std::vector<uint8_t> buf(1000), payload(1000);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);
