@@ -169,6 +169,9 @@ void ShmTransport::check_broken() {
 
 void ShmTransport::close_all() {
   for (auto& c : peers_) {
+    if (c && c->map) c->seg.hdr()->side[c->seg.side()].broken.store(1, std::memory_order_seq_cst);
+  }
+  for (auto& c : peers_) {
     if (c && c->sock) {
       ::shutdown(c->sock.get(), SHUT_RDWR);
       c->sock.reset();
@@ -820,6 +823,15 @@ void ShmTransport::read_rts(Channel& c, Request* r, const ShmFrame& h) {
                                "peer lost: " + describe_peer(c.peer) + ": " + detail, c.peer)));
     }
     done += static_cast<size_t>(n);
+  }
+  // Read first, then check: if the sender had not broken by now, its buffer
+  // was valid for the whole read.
+  if (c.seg.hdr()->side[c.seg.other()].broken.load(std::memory_order_seq_cst)) {
+    c.dead = true;
+    c.dead_detail = "it failed while this rank read its message";
+    fail(opts_.on_lost ? opts_.on_lost(c.peer, c.dead_detail)
+                       : std::make_exception_ptr(PeerLost(
+                             "peer lost: " + describe_peer(c.peer) + ": " + c.dead_detail, c.peer)));
   }
   r->done = h.length;
   r->complete = true;
