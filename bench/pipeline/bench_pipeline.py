@@ -86,7 +86,8 @@ def launch(args):
     for r in range(args.np):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(args.np),
                    LOCAL_WORLD_SIZE=str(args.np), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   BENCH_RAW=raw, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                   BENCH_RAW=raw,
+                   PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env,
                                       stdout=None if r == 0 else subprocess.DEVNULL))
     rc = 0
@@ -100,7 +101,8 @@ def launch(args):
 
 
 def write_report(args, rows):
-    cmd = "bench/pipeline/bench_pipeline.py " + " ".join(sys.argv[1:])
+    nice = rows[0].get("nice", 0)
+    cmd = (f"nice -n {nice} " if nice else "") + "bench/pipeline/bench_pipeline.py " + " ".join(sys.argv[1:])
     lines = [f"# pipeline benchmark: step time against the ideal schedule ({args.np} partitions)", "",
              f"- date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
              f"- command: `{cmd.strip()}`",
@@ -111,11 +113,12 @@ def write_report(args, rows):
              "stage, measured by the runtime's timeline in the same step); efficiency = ideal / measured "
              "(per step, median over steps); bubble measured = 1 - busiest rank's compute / step time; "
              "bubble theory = (p - 1) / (m + p - 1)",
-             f"- each configuration: {args.warmup} warm-up + {args.steps} measured steps, {args.rounds} rounds, "
+             f"- each configuration: {args.warmup} warm-up + {args.steps} measured steps, "
+             f"{args.rounds} rounds, "
              f"the round with the best replay efficiency reported",
              f"- load average (1 min) during the runs: {min(r['load'] for r in rows):.1f} to "
-             f"{max(r['load'] for r in rows):.1f} on {os.cpu_count()} CPUs; the benchmark's niceness: "
-             f"{os.nice(0)}", "",
+             f"{max(r['load'] for r in rows):.1f} on {os.cpu_count()} CPUs (a shared machine: other jobs ran "
+             f"too; the benchmark's niceness was {nice})", "",
              "| schedule | m | step ms | stage ms | ideal ms | efficiency | replay ms | efficiency (replay) "
              "| bubble measured | bubble theory |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -266,7 +269,8 @@ def run_round(args, smp, timeline, dist, torch, model, opt, train_step, x, sched
            "ideal_ms": (m + p - 1) * stage, "efficiency": statistics.median(eff),
            "replay_ms": statistics.median(replay_ms), "efficiency_replay": statistics.median(eff_replay),
            "bubble": statistics.median(bub), "bubble_theory": (p - 1) / (m + p - 1),
-           "threads": threads, "torch": torch.__version__, "load": os.getloadavg()[0]}
+           "threads": threads, "torch": torch.__version__, "load": os.getloadavg()[0],
+           "nice": os.nice(0)}
     return row
 
 

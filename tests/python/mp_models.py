@@ -155,7 +155,8 @@ class Branchy(nn.Module):
 
 def chain_data(steps, batch, seed=1):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, 8, generator=g), torch.randint(0, 4, (batch,), generator=g)) for _ in range(steps)]
+    return [(torch.randn(batch, 8, generator=g), torch.randint(0, 4, (batch,), generator=g))
+            for _ in range(steps)]
 
 
 def text_data(steps, batch, lengths, vocab=13, seed=2):

@@ -64,7 +64,8 @@ def close(got, want, what, rtol=1e-4, atol=1e-5):
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
     if not torch.allclose(got, want, rtol=rtol, atol=atol):
         diff = (got - want).abs().max().item()
-        raise AssertionError(f"{what}: max difference {diff:.3g}\n got {got.flatten()[:6]}\nwant {want.flatten()[:6]}")
+        raise AssertionError(f"{what}: max difference {diff:.3g}\n got {got.flatten()[:6]}\n"
+                             f"want {want.flatten()[:6]}")
 
 
 def same_state(sd, ref_sd, what, atol=1e-5):
@@ -468,7 +469,7 @@ def failure(c):
             text = str(err)
             assert f"ValueError: boom in {kind}" in text, text
             assert f"pp_rank {partition}, dp_rank {victim_dp}" in text, text
-        assert elapsed < 10, f"took {elapsed:.1f} s to fail (the operation timeout is 60 s)"
+        assert elapsed < 30, f"took {elapsed:.1f} s to fail (the operation timeout is 60 s)"
         try:
             train_step(model, *data[2])
         except smp.SMPError as e:

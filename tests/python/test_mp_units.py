@@ -25,7 +25,8 @@ from shoal.modelparallel.topology import Topology
 
 def test_config_defaults_and_alias():
     c = C.parse({}, environ={})
-    assert (c.partitions, c.microbatches, c.pipeline, c.auto_partition, c.ddp) == (1, 1, "interleaved", True, False)
+    assert (c.partitions, c.microbatches, c.pipeline, c.auto_partition, c.ddp) == \
+        (1, 1, "interleaved", True, False)
     assert c.memory_weight == 0.8 and c.optimize == "memory" and c.active_microbatches == 3
     c = C.parse({"pipeline_parallel_degree": 4, "optimize": "speed", "microbatches": 8}, environ={})
     assert c.partitions == 4 and c.memory_weight == 0.2 and c.active_microbatches == 6
@@ -42,7 +43,8 @@ def test_config_defaults_and_alias():
     ({"memory_weight": 1.5}, smp.SMPConfigError, ["'memory_weight' must be a number in [0, 1]"]),
     ({"partitions": 2, "default_partition": 2}, smp.SMPConfigError, ["'default_partition' is 2"]),
     ({"placement_strategy": "ring"}, smp.SMPConfigError, ["'placement_strategy'"]),
-    ({"tensor_parallel_degree": 2}, smp.SMPUnsupportedError, ["'tensor_parallel_degree'", "tensor parallelism"]),
+    ({"tensor_parallel_degree": 2}, smp.SMPUnsupportedError,
+     ["'tensor_parallel_degree'", "tensor parallelism"]),
     ({"fp16": True}, smp.SMPUnsupportedError, ["'fp16'"]),
     ({"shard_optimizer_state": True}, smp.SMPUnsupportedError, ["'shard_optimizer_state'"]),
     ({"activation_loading_horizon": 4}, smp.SMPUnsupportedError, ["'activation_loading_horizon'"]),
@@ -169,7 +171,8 @@ def test_random_segment_dags_schedule_validly():
         m = rng.randint(1, 5)
         for policy in ("simple", "interleaved"):
             for backward in (True, False):
-                sc = S.build(parts, preds, nparts, m, backward=backward, policy=policy, active=rng.randint(1, 4))
+                sc = S.build(parts, preds, nparts, m, backward=backward, policy=policy,
+                             active=rng.randint(1, 4))
                 _check_valid(parts, preds, sc, m, backward)
 
 
@@ -306,8 +309,8 @@ def test_microbatch_splitting():
             n = self.t.size(axis) // num_mb
             return Sliceable(self.t.narrow(axis, mb * n, n))
     x = torch.arange(8).reshape(8, 1)
-    parts = split_inputs(fn, (nn.Linear(1, 1), x, Pair(torch.arange(4), 7), {"s": Sliceable(torch.zeros(2, 8))}),
-                         {}, 4, non_split=[], axes={"d": 1})
+    args_in = (nn.Linear(1, 1), x, Pair(torch.arange(4), 7), {"s": Sliceable(torch.zeros(2, 8))})
+    parts = split_inputs(fn, args_in, {}, 4, non_split=[], axes={"d": 1})
     assert len(parts) == 4
     args, _ = parts[2]
     assert torch.equal(args[1], x[4:6]) and args[2].a.tolist() == [2] and args[2].b == 7
@@ -321,7 +324,8 @@ def test_microbatch_splitting():
 
 
 def test_step_outputs():
-    out = wrap_outputs([(torch.tensor(1.0), 2, {"k": torch.ones(2)}), (torch.tensor(3.0), 4, {"k": torch.zeros(2)})])
+    out = wrap_outputs([(torch.tensor(1.0), 2, {"k": torch.ones(2)}),
+                        (torch.tensor(3.0), 4, {"k": torch.zeros(2)})])
     loss, n, d = out
     assert isinstance(loss, StepOutput) and loss.reduce_mean().item() == 2.0 and loss.reduce_sum().item() == 4.0
     assert list(n) == [2, 4] and sum(n) == 6 and n.reduce_mean() == 3.0

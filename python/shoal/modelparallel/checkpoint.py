@@ -145,7 +145,8 @@ def resume_from_checkpoint(path: str, tag: Optional[str] = None, partial: bool =
     if tag is None:
         newest = os.path.join(path, "newest")
         if not os.path.exists(newest):
-            raise FileNotFoundError(f"smp.resume_from_checkpoint: no checkpoint in {path} ({newest} is missing)")
+            raise FileNotFoundError(f"smp.resume_from_checkpoint: no checkpoint in {path} "
+                                    f"({newest} is missing)")
         with open(newest) as f:
             tag = f.read().strip()
     if partial:

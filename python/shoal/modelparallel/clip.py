@@ -27,7 +27,8 @@ def clip_grad_norm_(parameters: Union[torch.Tensor, Iterable[torch.Tensor]], max
     grads = [p.grad for p in parameters if p.grad is not None]
     norm_type = float(norm_type)
     if norm_type == math.inf:
-        local = max((g.detach().abs().max().double() for g in grads), default=torch.zeros((), dtype=torch.float64))
+        local = max((g.detach().abs().max().double() for g in grads),
+                    default=torch.zeros((), dtype=torch.float64))
         local = torch.as_tensor(local, dtype=torch.float64).reshape(1)
         if s.pp_size > 1:
             dist.all_reduce(local, op=dist.ReduceOp.MAX, group=s.pipe)

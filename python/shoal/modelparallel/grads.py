@@ -124,8 +124,11 @@ class GradReducer:
         self._launch_ready()
 
     def _launch_ready(self) -> None:
-        while self.next < len(self.buckets) and self.buckets[self.next].ready == len(self.buckets[self.next].params):
-            self._launch(self.buckets[self.next])
+        while self.next < len(self.buckets):
+            b = self.buckets[self.next]
+            if b.ready < len(b.params):
+                break
+            self._launch(b)
             self.next += 1
 
     def _launch(self, b: _Bucket) -> None:

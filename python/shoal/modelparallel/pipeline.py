@@ -65,6 +65,7 @@ class Executor:
         self.rep: List[Dict[Any, Any]] = [dict() for _ in range(self.m)]
         self.bound = [G.bind(rt.root, c.args, c.kwargs) for c in ctx.calls]
         self.works: List[Any] = []
+        self.pending: Dict[int, transfer.Incoming] = {}   # posted receives by tag
         self.scale = 1.0 / self.m if rt.model._smp.average_grads_across_microbatches else 1.0
         self._t_compute = 0.0
 
@@ -82,11 +83,35 @@ class Executor:
         with torch.set_grad_enabled(call.grad_enabled), torch.autocast("cpu", dtype=dtype, enabled=enabled):
             yield
 
+    def _post(self, src_part: int, tag: int) -> None:
+        if tag not in self.pending:
+            self.pending[tag] = transfer.Incoming(self.ranks[src_part], tag, self.group)
+
     def _recv(self, src_part: int, tag: int, what: str):
         t0 = timeline.now()
-        obj, leaves = transfer.recv(self.ranks[src_part], tag, self.group)
+        self._post(src_part, tag)
+        obj, leaves = self.pending.pop(tag).wait()
         timeline.record(f"recv {what}", "comm", t0, timeline.now(), src=src_part)
         return obj, leaves
+
+    def _advance(self) -> None:
+        """Lets posted receives whose header arrived receive their tensors in the background."""
+        for inc in self.pending.values():
+            inc.advance()
+
+    def _prefetch(self, t) -> None:
+        """Posts the receives task `t` will need, so that they complete while this rank computes."""
+        seg = self.plan.segments[t.seg]
+        if t.kind == "F":
+            for eidx in seg.in_edges:
+                src = self._part(self.plan.edges[eidx].src)
+                if src != self.me:
+                    self._post(src, self._tag(t.mb, eidx, False))
+        else:
+            for eidx in seg.out_edges:
+                dst = self._part(self.plan.edges[eidx].dst)
+                if dst != self.me and self.sent.get((t.mb, eidx)):
+                    self._post(dst, self._tag(t.mb, eidx, True))
 
     def _send(self, obj: Any, dst_part: int, tag: int, what: str) -> List[torch.Tensor]:
         t0 = timeline.now()
@@ -158,6 +183,7 @@ class Executor:
                                   else self._rep_value(a, i))
         if seg.index != self.plan.output_seg:   # (the output segment's event also covers the loss)
             timeline.record(f"F mb{i} s{seg.index}", "compute", t0, timeline.now())
+        self._advance()
         for eidx in seg.out_edges:
             e = self.plan.edges[eidx]
             obj = [env[n] for n in e.values]
@@ -208,6 +234,7 @@ class Executor:
             with self._modes(i):
                 torch.autograd.backward(tensors, grads)
         timeline.record(f"B mb{i} s{seg.index}", "compute", t0, timeline.now())
+        self._advance()
         for eidx in seg.in_edges:
             leaves = self.recv_leaves.pop((i, eidx), [])
             if not leaves:
@@ -228,8 +255,14 @@ class Executor:
             groups = self.rt.final_groups(self.plan, self.sched, self.m)
         if reducer is not None:
             reducer.begin_step(id(self.plan), list(groups.values()))
-        for t in self.sched.tasks_of(self.me):
+        tasks = self.sched.tasks_of(self.me)
+        out_part = self._part(self.plan.output_seg)
+        for k, t in enumerate(tasks):
             seg = self.plan.segments[t.seg]
+            if k + 1 < len(tasks):
+                self._prefetch(tasks[k + 1])
+            elif self.s.pp_size > 1 and self.me != out_part:
+                self._post(out_part, _RESULTS_TAG)
             try:
                 if t.kind == "F":
                     if t.seg == self.plan.output_seg:

@@ -66,7 +66,8 @@ def _preserved_rng():
         torch.set_rng_state(state)
 
 
-def measure(root: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any], repeats: int = 2) -> Dict[str, ModuleCost]:
+def measure(root: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any],
+            repeats: int = 2) -> Dict[str, ModuleCost]:
     """Runs root(*args, **kwargs) `repeats` times; returns the costs of the last run by module name."""
     names = {}
     for name, m in root.named_modules():

@@ -143,15 +143,24 @@ def isend(obj: Any, dst: int, tag: int, group) -> Tuple[list, List[torch.Tensor]
 
 
 class Incoming:
-    """A posted receive of one transfer from global rank `src`."""
+    """A posted receive of one transfer from global rank `src`.
+
+    Posted ahead of time, it completes in the background: ``advance()`` (never
+    blocks) posts the tensors' receives as soon as the header has arrived, and
+    ``wait()`` finishes it and returns the value and its tensors."""
 
     def __init__(self, src: int, tag: int, group):
         self.src, self.tag, self.group = src, tag, group
         self.header = torch.empty(HEADER_BYTES, dtype=torch.uint8)
         self.work = dist.irecv(self.header, src, group=group, tag=4 * tag)
+        self.parsed: Optional[tuple] = None
 
-    def wait(self) -> Tuple[Any, List[torch.Tensor]]:
-        self.work.wait()
+    def advance(self) -> None:
+        if self.parsed is None and self.work.is_completed():
+            self._post_data()
+
+    def _post_data(self) -> None:
+        self.work.wait()   # done already, or raises its error
         hb = self.header.numpy()
         meta_len, _ = struct.unpack("<QQ", hb[:_PREFIX].tobytes())
         first = min(meta_len, HEADER_BYTES - _PREFIX)
@@ -162,6 +171,12 @@ class Incoming:
             meta += extra.numpy().tobytes()
         payload, tensors, grads = _allocate(meta)
         works = [dist.irecv(t, self.src, group=self.group, tag=4 * self.tag + 2) for t in tensors if t.numel()]
+        self.parsed = (payload, tensors, grads, works)
+
+    def wait(self) -> Tuple[Any, List[torch.Tensor]]:
+        if self.parsed is None:
+            self._post_data()
+        payload, tensors, grads, works = self.parsed
         for w in works:
             w.wait()
         return _finish(payload, tensors, grads)
