@@ -48,7 +48,8 @@ def parse_args():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--max-loss", type=float, default=2.3,
-                   help="exit 1 if the final held-out loss is above this (default 2.3 nats/char; an untrained model: 4.6)")
+                   help="exit 1 if the final held-out loss is above this "
+                        "(default 2.3 nats/char; an untrained model: 4.6)")
     p.add_argument("--checkpoint-dir", default="build/demo/pipeline_lm")
     return p.parse_args()
 

@@ -14,18 +14,14 @@ namespace shoal::coll {
 
 void allgather_direct(Ctx& c, const Args& a) {
   const int n = c.size();
-  std::vector<int> ranks(static_cast<size_t>(n));
-  std::vector<size_t> counts(static_cast<size_t>(n), a.count), displs(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    ranks[static_cast<size_t>(i)] = i;
-    displs[static_cast<size_t>(i)] = static_cast<size_t>(i) * a.count;
-  }
+  const std::vector<int> ranks = all_ranks(n);
+  const EqualBlocks b(n, a.count);
   RingGroup g{ranks.data(), n, c.rank()};
   char* out = static_cast<char*>(a.recv);
   // In place (send == recv): the data is already at this rank's block.
-  const char* mine = a.in_place() ? out + displs[static_cast<size_t>(c.rank())] * a.elem()
+  const char* mine = a.in_place() ? out + b.displs[static_cast<size_t>(c.rank())] * a.elem()
                                   : static_cast<const char*>(a.send);
-  direct_allgather(c, g, a, mine, counts.data(), displs.data(), out, 0);
+  direct_allgather(c, g, a, mine, b.counts.data(), b.displs.data(), out, 0);
 }
 
 }  // namespace shoal::coll

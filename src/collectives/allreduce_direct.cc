@@ -29,10 +29,9 @@ void allreduce_direct(Ctx& c, const Args& a) {
     if (!a.in_place()) std::memcpy(out, in, a.count * a.elem());
     return;
   }
-  std::vector<int> ranks(static_cast<size_t>(n));
+  const std::vector<int> ranks = all_ranks(n);
   std::vector<size_t> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    ranks[static_cast<size_t>(i)] = i;
     patterns::Range b = patterns::block(a.count, n, i);
     counts[static_cast<size_t>(i)] = b.len;
     displs[static_cast<size_t>(i)] = b.off;

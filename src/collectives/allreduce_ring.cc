@@ -27,8 +27,7 @@ void allreduce_ring(Ctx& c, const Args& a) {
     if (!a.in_place()) std::memcpy(out, in, a.count * a.elem());
     return;
   }
-  std::vector<int> ranks(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) ranks[static_cast<size_t>(i)] = i;
+  const std::vector<int> ranks = all_ranks(n);
   RingGroup g{ranks.data(), n, c.rank()};
   ring_reduce_scatter(c, g, a, out, in, a.count, 0);
   ring_allgather(c, g, a, out, a.count, ring_steps(c, g, a.count, a.elem()));

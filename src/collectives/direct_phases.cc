@@ -21,6 +21,11 @@ int segments(Ctx& c, size_t count, size_t es) {
 
 }  // namespace
 
+EqualBlocks::EqualBlocks(int n, size_t count)
+    : counts(static_cast<size_t>(n), count), displs(static_cast<size_t>(n)) {
+  for (int i = 0; i < n; ++i) displs[static_cast<size_t>(i)] = static_cast<size_t>(i) * count;
+}
+
 uint32_t direct_steps(Ctx& c, const RingGroup& g, const Args& a, const size_t* counts) {
   size_t most = 0;
   for (int i = 0; i < g.size; ++i) most = std::max(most, counts[i]);

@@ -13,11 +13,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "collectives/coll.h"
 #include "collectives/ring_phases.h"
 
 namespace shoal::coll {
+
+// Equal blocks of `count` elements, block i at i * count (reduce_scatter
+// and allgather layouts).
+struct EqualBlocks {
+  std::vector<size_t> counts, displs;
+  EqualBlocks(int n, size_t count);
+};
 
 // Rank group[i] owns counts[i] elements at displs[i] of the buffers. Writes
 // the reduction over the group of this rank's slice of `in` to `dst`

@@ -13,14 +13,10 @@ namespace shoal::coll {
 
 void reduce_scatter_direct(Ctx& c, const Args& a) {
   const int n = c.size();
-  std::vector<int> ranks(static_cast<size_t>(n));
-  std::vector<size_t> counts(static_cast<size_t>(n), a.count), displs(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    ranks[static_cast<size_t>(i)] = i;
-    displs[static_cast<size_t>(i)] = static_cast<size_t>(i) * a.count;
-  }
+  const std::vector<int> ranks = all_ranks(n);
+  const EqualBlocks b(n, a.count);
   RingGroup g{ranks.data(), n, c.rank()};
-  direct_reduce_scatter(c, g, a, static_cast<const char*>(a.send), counts.data(), displs.data(),
+  direct_reduce_scatter(c, g, a, static_cast<const char*>(a.send), b.counts.data(), b.displs.data(),
                         static_cast<char*>(a.recv), 0);
 }
 

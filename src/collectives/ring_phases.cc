@@ -44,6 +44,12 @@ void wait_all(Ctx& c, Request* rs, size_t n) {
 
 }  // namespace
 
+std::vector<int> all_ranks(int n) {
+  std::vector<int> r(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) r[static_cast<size_t>(i)] = i;
+  return r;
+}
+
 uint32_t ring_steps(Ctx& c, const RingGroup& g, size_t count, size_t elem) {
   Layout L = layout(c, g.size, count, elem);
   return static_cast<uint32_t>((g.size - 1) * L.nseg);

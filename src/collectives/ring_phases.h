@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "collectives/coll.h"
 
@@ -24,6 +25,9 @@ struct RingGroup {
   int size = 1;
   int me = 0;                  // index of this rank in `ranks`
 };
+
+// 0, 1, ..., n-1: the whole communicator as a group.
+std::vector<int> all_ranks(int n);
 
 // Steps one phase over `count` elements uses.
 uint32_t ring_steps(Ctx& c, const RingGroup& g, size_t count, size_t elem);

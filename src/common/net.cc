@@ -256,7 +256,7 @@ uint16_t bound_port(int fd) {
   throw InternalError("net: fd " + std::to_string(fd) + " is not an IP socket");
 }
 
-Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline) {
+Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline, Refused refused) {
   const std::string addr = join_host_port(host, port);
   const auto start = Clock::now();
   milliseconds backoff(10);
@@ -280,7 +280,7 @@ Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadlin
           return s;
         }
         last = errno_text(err);
-        if (!connect_errno_retriable(err)) {
+        if (!connect_errno_retriable(err) || (err == ECONNREFUSED && refused == Refused::kFinal)) {
           throw PeerLost("net: cannot connect to " + addr + ": " + last, -1);
         }
       }

@@ -40,11 +40,18 @@ class Fd {
 Fd listen_tcp(const std::string& host, uint16_t port, int backlog = 1024);
 uint16_t bound_port(int fd);
 
-// Connects to host:port, retrying on ECONNREFUSED/ENETUNREACH/timeouts with a
-// short backoff until `deadline`, then throws TimeoutError naming host:port
-// and the last errno; other errors throw shoal::Error at once. The returned
-// socket is blocking with TCP_NODELAY set.
-Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline);
+// What a refused connection means to the caller: a server that may not be
+// listening yet (retry), or a peer whose listener is known to have existed,
+// so that a refusal means it is gone (final).
+enum class Refused { kRetry, kFinal };
+
+// Connects to host:port, retrying on ECONNREFUSED (unless `refused` is
+// kFinal: then PeerLost at once), ENETUNREACH and timeouts with a short
+// backoff until `deadline`, then throws TimeoutError naming host:port and the
+// last errno; other errors throw shoal::Error at once. The returned socket is
+// blocking with TCP_NODELAY set.
+Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline,
+               Refused refused = Refused::kRetry);
 
 // Accepts one connection (blocking unless the listener is non-blocking; returns
 // an invalid Fd on EAGAIN or when the pending connection was already aborted).

@@ -90,6 +90,7 @@ class CommunicatorImpl {
   void on_break(std::exception_ptr cause);
   std::exception_ptr on_lost(int peer, const std::string& detail);
   transport::tcp::PeerAddress lookup(int peer);
+  std::exception_ptr peer_gone(int peer);
   const coll::Topology& topology();
   core::ObserverConfig observer_config(uint64_t id, const std::string& shm_mode);  // core/observer.cc
 
@@ -100,6 +101,8 @@ class CommunicatorImpl {
   std::unique_ptr<transport::HybridTransport> transport_;  // shm for this host, TCP beyond
   transport::tcp::TcpTransport* tcp_ = nullptr;            // owned by transport_
   std::string host_id_;                                    // net::host_identity()
+  transport::Clock::time_point next_liveness_probe_{};    // GUARDED_BY(driver_->mu)
+  std::vector<std::string> processes_;  // peers' proc::self_token(), "-" if none (guarded by mu_)
   std::vector<std::unique_ptr<Op>> inflight_p2p_;          // GUARDED_BY(driver_->mu)
   std::shared_ptr<Driver> driver_ = std::make_shared<Driver>();
   std::atomic<bool> has_inflight_{false};

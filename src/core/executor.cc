@@ -9,6 +9,7 @@
 
 #include "common/auth.h"
 #include "common/env.h"
+#include "common/process.h"
 #include "core/communicator_impl.h"
 #include "core/errors.h"
 #include "kernels/reduce.h"
@@ -189,10 +190,12 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   transport::HybridOptions ho;
   ho.is_local = [this](int peer) { return lookup(peer).host_id == host_id_; };
   ho.check_abort = check_abort;
+  ho.peer_gone = [this](int peer) { return peer_gone(peer); };
   transport_ = std::make_unique<transport::HybridTransport>(std::move(tcp), std::move(shm), std::move(ho));
   if (size_ > 1) {
     store_->set_str("addr/" + std::to_string(rank_), host + " " + std::to_string(tcp_->listen_port()) +
-                                                         " " + net::hostname() + " " + host_id_);
+                                                         " " + net::hostname() + " " + host_id_ + " " +
+                                                         proc::self_token());
   }
   observer_ = std::make_unique<core::Observer>(observer_config(job, shm_mode));
   driver_->impl = this;
@@ -245,8 +248,33 @@ transport::tcp::PeerAddress CommunicatorImpl::lookup(int peer) {
   std::string v = store_->get_str("addr/" + std::to_string(peer));
   std::istringstream in(v);
   transport::tcp::PeerAddress a;
-  in >> a.host >> a.port >> a.hostname >> a.host_id;
+  in >> a.host >> a.port >> a.hostname >> a.host_id >> a.process;
   return a;
+}
+
+// A peer whose process on this machine has exited, though no socket of ours
+// to it said so (it died before connecting to this rank): lost.
+std::exception_ptr CommunicatorImpl::peer_gone(int peer) {
+  std::string token;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (processes_.empty()) processes_.resize(static_cast<size_t>(size_));
+    token = processes_[static_cast<size_t>(peer)];
+  }
+  if (token.empty()) {
+    try {
+      token = lookup(peer).process;
+    } catch (const Error&) {
+      return nullptr;  // the store is gone: check_abort's business
+    }
+    if (token.empty()) token = "-";  // not probeable; do not ask again
+    std::lock_guard<std::mutex> g(mu_);
+    processes_[static_cast<size_t>(peer)] = token;
+  }
+  if (proc::probe(token == "-" ? "" : token) != proc::Liveness::kGone) return nullptr;
+  auto s = token.find('/', token.find('/') + 1);
+  std::string pid = token.substr(s + 1, token.find('/', s + 1) - s - 1);
+  return on_lost(peer, "its process (pid " + pid + " on this machine) has exited");
 }
 
 void CommunicatorImpl::on_break(std::exception_ptr cause) {
@@ -427,6 +455,10 @@ void CommunicatorImpl::progress_p2p(Clock::time_point until) {
 
 void CommunicatorImpl::reap_p2p() {
   const auto now = Clock::now();
+  // Now and then, ask whether a peer that an unfinished send or receive waits
+  // for has died without a word (collectives ask in the transport's wait).
+  const bool probe = now >= next_liveness_probe_;
+  if (probe) next_liveness_probe_ = now + std::chrono::milliseconds(250);
   for (auto it = inflight_p2p_.begin(); it != inflight_p2p_.end();) {
     Op& op = **it;
     if (op.req->complete) {
@@ -444,6 +476,12 @@ void CommunicatorImpl::reap_p2p() {
                        " (tag " + std::to_string(op.tag) + ") timed out waiting for " +
                        transport_->pending_summary(one, 1))));
       transport_->poll();  // throws the cause, after publishing it
+    }
+    if (probe && op.peer >= 0) {
+      if (auto gone = peer_gone(op.peer)) {
+        transport_->abort(gone);
+        transport_->poll();  // throws the cause, after publishing it
+      }
     }
     ++it;
   }

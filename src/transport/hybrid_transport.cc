@@ -253,6 +253,12 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
       // Blocked with nothing moving: has another rank failed the job?
       next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
       if (auto cause = opts_.check_abort()) fail(cause);
+      if (opts_.peer_gone) {
+        for (size_t i = 0; i < n; ++i) {
+          if (reqs[i]->complete || reqs[i]->peer < 0) continue;
+          if (auto cause = opts_.peer_gone(reqs[i]->peer)) fail(cause);
+        }
+      }
     }
     check_broken();
   }

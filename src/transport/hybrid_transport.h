@@ -30,6 +30,10 @@ struct HybridOptions {
   // when another rank has published one, else null.
   std::function<std::exception_ptr()> check_abort;
   int abort_poll_ms = 250;
+  // Polled likewise for each peer a blocked wait waits for: a cause when that
+  // peer is known to be gone without any message or socket saying so (its
+  // process on this machine has exited before it connected), else null.
+  std::function<std::exception_ptr(int peer)> peer_gone;
 };
 
 class HybridTransport final : public Transport {

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <algorithm>
@@ -227,6 +228,72 @@ TEST(Faults, RecvTimesOutNamingThePeer) {
   EXPECT_EQ(test::failures(res), "");
 }
 
+// A peer that has gone before anyone connected to it: the first connection
+// to it is refused, which must fail at once (not be retried until the
+// operation's timeout) and name it.
+TEST(Faults, ConnectToAnExitedPeerFailsAtOnce) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    if (me == 1) {
+      c.reset();  // closes its listeners
+      store->set_str("rank1_gone", "1");
+      return;
+    }
+    store->get("rank1_gone");
+    float x = 1;
+    OpOptions o;
+    o.timeout = std::chrono::seconds(60);
+    auto t0 = mono_ns();
+    auto err = capture([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, o)->wait(); });
+    double ms = (mono_ns() - t0) / 1e6;
+    SHOAL_CHECK(err != nullptr);
+    if (err) {
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kPeerLost, message(err));
+      SHOAL_CHECK_MSG(message(err).find("rank 1") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(ms < 2000, "took " << ms << " ms: " << message(err));
+    }
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// A peer on this machine that dies before it ever connected: no socket can
+// say so, but its process is gone, and a receive that waits for it fails
+// within the 2 s bar naming it.
+TEST(Faults, DeathBeforeConnectingIsSeenWithinTwoSeconds) {
+  auto res = run_ranks(3, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    if (me == 1) {
+      store->get("rank2_waiting");
+      std::printf("KILLED_AT %lld\n", static_cast<long long>(mono_ns()));
+      std::fflush(stdout);
+      raise(SIGKILL);
+    }
+    if (me == 0) {
+      store->get("rank2_done");  // rank 0 hosts the store
+      return;
+    }
+    float x = 0;
+    OpOptions o;
+    o.timeout = std::chrono::seconds(60);
+    auto w = c->recv(&x, 1, DataType::kFloat32, 1, 7, o);
+    store->set_str("rank2_waiting", "1");
+    auto err = capture([&] { w->wait(); });
+    std::printf("ERROR_AT %lld\n", static_cast<long long>(mono_ns()));
+    SHOAL_CHECK(err != nullptr);
+    if (err) {
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kPeerLost, message(err));
+      SHOAL_CHECK_MSG(message(err).find("peer lost: rank 1") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(message(err).find("has exited") != std::string::npos, message(err));
+    }
+    store->set_str("rank2_done", "1");
+  });
+  ASSERT_EQ(res[1].signal, SIGKILL) << res[1].output;
+  EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
+  EXPECT_EQ(res[2].exit_code, 0) << res[2].output;
+  std::smatch k, e;
+  ASSERT_TRUE(std::regex_search(res[1].output, k, std::regex("KILLED_AT (\\d+)"))) << res[1].output;
+  ASSERT_TRUE(std::regex_search(res[2].output, e, std::regex("ERROR_AT (\\d+)"))) << res[2].output;
+  EXPECT_LT(std::stoll(e[1]) - std::stoll(k[1]), 2000000000) << res[2].output;
+}
+
 TEST(Faults, AbortFailsPendingAndLaterOperations) {
   auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
     if (me == 1) {
@@ -267,23 +334,35 @@ TEST(Faults, StrangerConnectionIsRefusedAndJobGoesOn) {
   auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
     float x = static_cast<float>(me + 1);
     c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
+    net::Fd stranger;
     if (me == 0) {
       // Connect to rank 1's data port and send garbage.
       std::string addr = store->get_str("shoal/c0/addr/1");
       std::string host = addr.substr(0, addr.find(' '));
       int port = std::atoi(addr.substr(addr.find(' ') + 1).c_str());
-      auto fd = net::connect_tcp(host, static_cast<uint16_t>(port),
-                                 std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      stranger = net::connect_tcp(host, static_cast<uint16_t>(port),
+                                  std::chrono::steady_clock::now() + std::chrono::seconds(5));
       const char junk[] = "GET / HTTP/1.0\r\n\r\nnot a shoal peer at all.....";
-      net::write_full(fd.get(), junk, sizeof(junk), std::chrono::steady_clock::now() + std::chrono::seconds(5));
-      store->set_str("junk_sent", "1");
-    } else {
-      store->get("junk_sent");
+      net::write_full(stranger.get(), junk, sizeof(junk),
+                      std::chrono::steady_clock::now() + std::chrono::seconds(5));
     }
-    for (int i = 0; i < 10; ++i) {
-      float y = static_cast<float>(me + 1);
-      c->allreduce(&y, &y, 1, DataType::kFloat32, ReduceOp::kSum)->wait();
-      SHOAL_CHECK(y == 3.0f);
+    // Rank 1 sees the stranger whenever its transport makes progress, which
+    // only operations drive: keep the job working (and checking its results)
+    // until rank 0 sees rank 1 close the stranger's socket. Rank 1 logs the
+    // rejection before it closes.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (int i = 0;; ++i) {
+      float closed = 0;
+      if (me == 0) {
+        char b;
+        ssize_t n = ::recv(stranger.get(), &b, 1, MSG_DONTWAIT);
+        closed = (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) ? 1.0f : 0.0f;
+      }
+      float y[2] = {static_cast<float>(me + 1), closed};
+      c->allreduce(y, y, 2, DataType::kFloat32, ReduceOp::kSum)->wait();
+      SHOAL_CHECK(y[0] == 3.0f);
+      if (y[1] > 0 && i >= 10) break;
+      SHOAL_CHECK(std::chrono::steady_clock::now() < give_up);  // rank 1 never rejected it
     }
   });
   EXPECT_EQ(test::failures(res), "");

@@ -115,7 +115,7 @@ struct SideInfo {
   // Set by this side once it has read the other side's memory with
   // process_vm_readv: the other side may then send kRts frames to it.
   std::atomic<uint32_t> can_read_peer{0};
-  // Set when this side's transport breaks, before its pending sends fail:
+  // Set when this side's transport breaks or closes, before its pending sends fail:
   // a buffer read after that may already be freed, so the reader discards it.
   std::atomic<uint32_t> broken{0};
 };

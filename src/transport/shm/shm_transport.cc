@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "shoal/error.h"
+#include "transport/matching.h"
 #include "transport/shm/shm_channel.h"
 
 namespace shoal::transport::shm {
@@ -45,10 +46,6 @@ sockaddr_un abstract_address(const std::string& name, socklen_t* len) {
   std::memcpy(a.sun_path + 1, name.data(), n);
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
   return a;
-}
-
-bool tag_less(const Tag& a, const Tag& b) {
-  return a.seq != b.seq ? a.seq < b.seq : a.step < b.step;
 }
 
 // What both proofs of a channel's handshake are about (auth.h).
@@ -115,40 +112,17 @@ std::string ShmTransport::describe_peer(int peer) const {
   return o.str();
 }
 
-std::string ShmTransport::describe_tag(const Tag& t) const {
-  std::ostringstream o;
-  if (t.space == Space::kP2P) {
-    o << "p2p tag " << t.seq;
-  } else {
-    o << "seq " << t.seq << " step " << t.step;
-  }
-  return o.str();
-}
-
 // ---- failure -------------------------------------------------------------
 
-std::exception_ptr ShmTransport::broken() const {
-  std::lock_guard<std::mutex> g(broken_mu_);
-  return broken_;
-}
+std::exception_ptr ShmTransport::broken() const { return broken_.get(); }
 
 void ShmTransport::abort(std::exception_ptr cause) {
-  {
-    std::lock_guard<std::mutex> g(broken_mu_);
-    if (!broken_) broken_ = cause;
-  }
-  broken_flag_.store(true, std::memory_order_release);
+  broken_.keep(cause);
   wake();
 }
 
 void ShmTransport::fail(std::exception_ptr cause) {
-  std::exception_ptr first;
-  {
-    std::lock_guard<std::mutex> g(broken_mu_);
-    if (!broken_) broken_ = cause;
-    first = broken_;
-  }
-  broken_flag_.store(true, std::memory_order_release);
+  std::exception_ptr first = broken_.keep(cause);
   if (!closed_) {
     closed_ = true;
     if (opts_.on_break) {
@@ -164,7 +138,7 @@ void ShmTransport::fail(std::exception_ptr cause) {
 }
 
 void ShmTransport::check_broken() {
-  if (broken_flag_.load(std::memory_order_acquire)) fail(broken());
+  if (broken_.set()) fail(broken());
 }
 
 void ShmTransport::close_all() {
@@ -270,7 +244,13 @@ void ShmTransport::connect_to(Channel& c) {
       usleep(1000);
       continue;
     }
-    lost("connect(@" + socket_name(opts_.job, c.peer) + "): " + errno_text(errno));
+    // Refused: the peer's socket is gone with its process. Through on_lost,
+    // which names the first culprit when the peer only left because another
+    // rank failed.
+    std::string why = "cannot connect over shared memory: connect(@" + socket_name(opts_.job, c.peer) +
+                      "): " + errno_text(errno);
+    if (opts_.on_lost) fail(opts_.on_lost(c.peer, why));
+    lost(why);
   }
   ucred cred{};
   socklen_t cl = sizeof(cred);
@@ -560,36 +540,18 @@ void ShmTransport::post_send(Request* r) {
 // receive posted meanwhile (while it was still streaming in) takes it now;
 // otherwise it waits in `unexpected`.
 void ShmTransport::file_unexpected(Channel& c) {
-  Unexpected u = std::move(*c.unexpected_cur);
+  c.unexpected.push_back(std::move(*c.unexpected_cur));
   c.unexpected_cur.reset();
-  c.unexpected.push_back(std::move(u));
-  for (auto it = c.recvq.begin(); it != c.recvq.end(); ++it) {
-    if ((*it)->tag == c.unexpected.back().hdr.tag()) {
-      Request* r = *it;
-      c.recvq.erase(it);
-      take_unexpected(c, r);
-      return;
-    }
-  }
-  for (auto it = any_recvs_.begin(); it != any_recvs_.end(); ++it) {
-    if ((*it)->tag == c.unexpected.back().hdr.tag()) {
-      Request* r = *it;
-      any_recvs_.erase(it);
-      take_unexpected(c, r);
-      return;
-    }
-  }
+  const Tag tag = c.unexpected.back().hdr.tag();
+  Request* r = take_posted(c.recvq, tag);
+  if (!r) r = take_posted(any_recvs_, tag);
+  if (r) take_unexpected(c, r);
 }
 
 bool ShmTransport::take_unexpected(Channel& c, Request* r) {
   for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
     if (!(it->hdr.tag() == r->tag)) continue;
-    if (it->hdr.length != r->len) {
-      fail(std::make_exception_ptr(Mismatch(
-          "message size mismatch with " + describe_peer(c.peer) + " on " + describe_tag(r->tag) +
-          ": expected " + std::to_string(r->len) + " bytes, the peer sent " +
-          std::to_string(it->hdr.length))));
-    }
+    if (it->hdr.length != r->len) fail(size_mismatch(describe_peer(c.peer), r->tag, r->len, it->hdr.length));
     ShmFrame h = it->hdr;
     r->source = c.peer;
     if (h.kind == static_cast<uint8_t>(FrameKind::kRts)) {
@@ -635,15 +597,9 @@ void ShmTransport::post_recv(Request* r) {
 }
 
 bool ShmTransport::cancel(Request* r) {
-  auto drop = [r](std::deque<Request*>& q) {
-    auto it = std::find(q.begin(), q.end(), r);
-    if (it == q.end()) return false;
-    q.erase(it);
-    return true;
-  };
-  if (r->peer == kAnySource) return drop(any_recvs_);
+  if (r->peer == kAnySource) return erase_posted(any_recvs_, r);
   if (r->peer < 0 || r->peer >= opts_.size || !peers_[r->peer]) return false;
-  return drop(peers_[r->peer]->recvq);
+  return erase_posted(peers_[r->peer]->recvq, r);
 }
 
 // ---- progress ------------------------------------------------------------
@@ -734,40 +690,12 @@ bool ShmTransport::try_write(Channel& c) {
 bool ShmTransport::match(Channel& c) {
   const ShmFrame& h = c.rx_hdr;
   const Tag tag = h.tag();
-  auto describe = [&](const Fingerprint& fp) {
-    return opts_.describe_fp ? opts_.describe_fp(fp) : std::string("?");
-  };
-  Request* found = nullptr;
-  for (auto it = c.recvq.begin(); it != c.recvq.end(); ++it) {
-    if ((*it)->tag == tag) {
-      found = *it;
-      c.recvq.erase(it);
-      break;
-    }
-  }
-  if (!found && tag.space == Space::kP2P) {
-    for (auto it = any_recvs_.begin(); it != any_recvs_.end(); ++it) {
-      if ((*it)->tag == tag) {
-        found = *it;
-        any_recvs_.erase(it);
-        break;
-      }
-    }
-  }
+  Request* found = take_posted(c.recvq, tag);
+  if (!found && tag.space == Space::kP2P) found = take_posted(any_recvs_, tag);
+  const Arrival m{c.peer, tag, h.fp, h.length};
+  auto name = [this](int p) { return describe_peer(p); };
   if (found) {
-    if (found->check_fp && !(found->fp == h.fp)) {
-      fail(std::make_exception_ptr(Mismatch(
-          "collective mismatch with " + describe_peer(c.peer) + " at " + describe_tag(tag) +
-          ": this rank runs " + describe(found->fp) + ", rank " + std::to_string(c.peer) +
-          " runs " + describe(h.fp))));
-    }
-    if (found->len != h.length) {
-      fail(std::make_exception_ptr(Mismatch(
-          "message size mismatch with " + describe_peer(c.peer) + " at " + describe_tag(tag) +
-          ": this rank expects " + std::to_string(found->len) + " bytes, rank " +
-          std::to_string(c.peer) + " sent " + std::to_string(h.length) + " (this rank: " +
-          describe(found->fp) + "; rank " + std::to_string(c.peer) + ": " + describe(h.fp) + ")")));
-    }
+    if (auto e = check_matched(*found, m, opts_.describe_fp, name)) fail(e);
     found->source = c.peer;
     c.rx_target = found;
     return true;
@@ -790,18 +718,8 @@ bool ShmTransport::match(Channel& c) {
     return true;
   }
   // A collective message nobody has asked for yet: it waits at the head of
-  // the ring. If this rank already waits for an earlier message from the
-  // same peer, the ranks disagree on the sequence of collectives.
-  for (Request* r : c.recvq) {
-    if (r->tag.space != Space::kCollective) continue;
-    if (tag_less(r->tag, tag) || (r->tag.seq == tag.seq && r->check_fp && !(r->fp == h.fp))) {
-      fail(std::make_exception_ptr(Mismatch(
-          "collective mismatch with " + describe_peer(c.peer) + ": this rank waits for " +
-          describe_tag(r->tag) + " of " + describe(r->fp) + ", rank " + std::to_string(c.peer) +
-          " sent " + describe_tag(tag) + " of " + describe(h.fp))));
-    }
-    break;
-  }
+  // the ring, unless the ranks disagree on the sequence of collectives.
+  if (auto e = check_order(c.recvq, m, opts_.describe_fp, name)) fail(e);
   return false;
 }
 

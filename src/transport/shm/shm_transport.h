@@ -27,6 +27,7 @@
 
 #include "common/auth.h"
 #include "common/net.h"
+#include "transport/first_cause.h"
 #include "transport/transport.h"
 
 namespace shoal::transport::shm {
@@ -100,7 +101,6 @@ class ShmTransport final : public Transport {
   void check_broken();
   [[noreturn]] void fail(std::exception_ptr cause);
   void close_all();
-  std::string describe_tag(const Tag& t) const;
 
   ShmOptions opts_;
   net::Fd listen_fd_;
@@ -112,9 +112,7 @@ class ShmTransport final : public Transport {
   std::deque<Request*> any_recvs_;
   std::vector<std::string> names_;
 
-  std::atomic<bool> broken_flag_{false};
-  mutable std::mutex broken_mu_;
-  std::exception_ptr broken_;  // GUARDED_BY(broken_mu_)
+  FirstCause broken_;
   bool closed_ = false;
   int spin_us_ = 0;
   unsigned poll_count_ = 0;

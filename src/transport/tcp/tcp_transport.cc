@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "shoal/error.h"
+#include "transport/matching.h"
 #include "transport/tcp/tcp_conn.h"
 
 namespace shoal::transport::tcp {
@@ -30,20 +31,6 @@ constexpr auto kHelloTimeout = std::chrono::seconds(10);
 constexpr size_t kMaxUnnamed = 64;
 
 std::string errno_text(int e) { return std::string(strerror(e)); }
-
-bool tag_less(const Tag& a, const Tag& b) {
-  return a.seq != b.seq ? a.seq < b.seq : a.step < b.step;
-}
-
-std::string describe_tag(const Tag& t) {
-  std::ostringstream o;
-  if (t.space == Space::kP2P) {
-    o << "p2p tag " << t.seq;
-  } else {
-    o << "seq " << t.seq << " step " << t.step;
-  }
-  return o.str();
-}
 
 }  // namespace
 
@@ -82,28 +69,15 @@ std::string TcpTransport::describe_peer(int peer) const {
 
 // ---- failure -------------------------------------------------------------
 
-std::exception_ptr TcpTransport::broken() const {
-  std::lock_guard<std::mutex> g(broken_mu_);
-  return broken_;
-}
+std::exception_ptr TcpTransport::broken() const { return broken_.get(); }
 
 void TcpTransport::abort(std::exception_ptr cause) {
-  {
-    std::lock_guard<std::mutex> g(broken_mu_);
-    if (!broken_) broken_ = cause;
-  }
-  broken_flag_.store(true, std::memory_order_release);
+  broken_.keep(cause);
   wake();
 }
 
 void TcpTransport::fail(std::exception_ptr cause) {
-  std::exception_ptr first;
-  {
-    std::lock_guard<std::mutex> g(broken_mu_);
-    if (!broken_) broken_ = cause;
-    first = broken_;
-  }
-  broken_flag_.store(true, std::memory_order_release);
+  std::exception_ptr first = broken_.keep(cause);
   if (!closed_) {
     closed_ = true;
     if (opts_.on_break) {
@@ -119,7 +93,7 @@ void TcpTransport::fail(std::exception_ptr cause) {
 }
 
 void TcpTransport::check_broken() {
-  if (broken_flag_.load(std::memory_order_acquire)) fail(broken());
+  if (broken_.set()) fail(broken());
 }
 
 void TcpTransport::close_all() {
@@ -182,7 +156,9 @@ void TcpTransport::connect_to(Conn& c) {
     if (addr_cache_[c.peer].host.empty()) addr_cache_[c.peer] = opts_.lookup(c.peer);
     const PeerAddress& a = addr_cache_[c.peer];
     auto deadline = Clock::now() + opts_.connect_timeout;
-    net::Fd fd = net::connect_tcp(a.host, a.port, deadline);
+    // The peer published its address after it began to listen: a refusal
+    // means its process (or its communicator) is gone.
+    net::Fd fd = net::connect_tcp(a.host, a.port, deadline, net::Refused::kFinal);
     if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd.get(), opts_.socket_buffer);
     Hello h = make_hello(identity(), c.peer);
     if (!net::write_full(fd.get(), &h, sizeof(h), deadline)) {
@@ -198,8 +174,12 @@ void TcpTransport::connect_to(Conn& c) {
     c.accept_have = 0;
     register_fd(&c);
   } catch (const Error& e) {
-    fail(std::make_exception_ptr(
-        PeerLost("cannot connect to " + describe_peer(c.peer) + ": " + e.what(), c.peer)));
+    // Through on_lost, which names the first culprit when this peer only
+    // left because another rank failed.
+    std::string detail = std::string("cannot connect: ") + e.what();
+    fail(opts_.on_lost ? opts_.on_lost(c.peer, detail)
+                       : std::make_exception_ptr(PeerLost("peer lost: " + describe_peer(c.peer) + ": " + detail,
+                                                          c.peer)));
   }
 }
 
@@ -335,12 +315,7 @@ void TcpTransport::post_send(Request* r) {
 bool TcpTransport::take_unexpected(Conn& c, Request* r) {
   for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
     if (it->hdr.tag() == r->tag) {
-      if (it->data.size() != r->len) {
-        fail(std::make_exception_ptr(Mismatch(
-            "message size mismatch with " + describe_peer(c.peer) + " on " +
-            describe_tag(r->tag) + ": expected " + std::to_string(r->len) +
-            " bytes, the peer sent " + std::to_string(it->data.size()))));
-      }
+      if (it->data.size() != r->len) fail(size_mismatch(describe_peer(c.peer), r->tag, r->len, it->data.size()));
       if (r->len) std::memcpy(r->buf, it->data.data(), r->len);
       r->done = r->len;
       r->source = c.peer;
@@ -358,16 +333,9 @@ void TcpTransport::file_unexpected(Conn& c) {
   c.unexpected.push_back(std::move(*c.unexpected_cur));
   c.unexpected_cur.reset();
   const Tag tag = c.unexpected.back().hdr.tag();
-  for (auto* q : {&c.recvq, &any_recvs_}) {
-    for (auto it = q->begin(); it != q->end(); ++it) {
-      if ((*it)->tag == tag) {
-        Request* r = *it;
-        q->erase(it);
-        take_unexpected(c, r);
-        return;
-      }
-    }
-  }
+  Request* r = take_posted(c.recvq, tag);
+  if (!r) r = take_posted(any_recvs_, tag);
+  if (r) take_unexpected(c, r);
 }
 
 void TcpTransport::post_recv(Request* r) {
@@ -396,15 +364,9 @@ void TcpTransport::post_recv(Request* r) {
 }
 
 bool TcpTransport::cancel(Request* r) {
-  auto drop = [r](std::deque<Request*>& q) {
-    auto it = std::find(q.begin(), q.end(), r);
-    if (it == q.end()) return false;
-    q.erase(it);
-    return true;
-  };
-  if (r->peer == kAnySource) return drop(any_recvs_);
+  if (r->peer == kAnySource) return erase_posted(any_recvs_, r);
   if (r->peer < 0 || r->peer >= opts_.size || !peers_[r->peer]) return false;
-  return drop(peers_[r->peer]->recvq);
+  return erase_posted(peers_[r->peer]->recvq, r);
 }
 
 // ---- progress ------------------------------------------------------------
@@ -501,42 +463,12 @@ bool TcpTransport::read_accept(Conn& c) {
 bool TcpTransport::match(Conn& c) {
   const FrameHeader& h = c.rx_hdr;
   const Tag tag = h.tag();
-  Request* found = nullptr;
-  for (auto it = c.recvq.begin(); it != c.recvq.end(); ++it) {
-    if ((*it)->tag == tag) {
-      found = *it;
-      c.recvq.erase(it);
-      break;
-    }
-  }
-  if (!found && tag.space == Space::kP2P) {
-    for (auto it = any_recvs_.begin(); it != any_recvs_.end(); ++it) {
-      if ((*it)->tag == tag) {
-        found = *it;
-        any_recvs_.erase(it);
-        break;
-      }
-    }
-  }
+  Request* found = take_posted(c.recvq, tag);
+  if (!found && tag.space == Space::kP2P) found = take_posted(any_recvs_, tag);
+  const Arrival m{c.peer, tag, h.fp, h.length};
+  auto name = [this](int p) { return describe_peer(p); };
   if (found) {
-    auto describe = [&](const Fingerprint& fp) {
-      return opts_.describe_fp ? opts_.describe_fp(fp) : std::string("?");
-    };
-    if (found->check_fp && !(found->fp == h.fp)) {
-      fail(std::make_exception_ptr(Mismatch(
-          "collective mismatch with " + describe_peer(c.peer) + " at " + describe_tag(tag) +
-          ": this rank runs " + describe(found->fp) + ", rank " + std::to_string(c.peer) +
-          " runs " + describe(h.fp))));
-    }
-    if (found->len != h.length) {
-      fail(std::make_exception_ptr(Mismatch(
-          "message size mismatch with " + describe_peer(c.peer) + " at " + describe_tag(tag) +
-          ": this rank expects " + std::to_string(found->len) + " bytes, rank " +
-          std::to_string(c.peer) + " sent " + std::to_string(h.length) +
-          (opts_.describe_fp ? " (this rank: " + describe(found->fp) + "; rank " +
-                                   std::to_string(c.peer) + ": " + describe(h.fp) + ")"
-                             : std::string()))));
-    }
+    if (auto e = check_matched(*found, m, opts_.describe_fp, name)) fail(e);
     found->source = c.peer;
     c.rx_target = found;
     return true;
@@ -560,21 +492,9 @@ bool TcpTransport::match(Conn& c) {
     }
     return false;
   }
-  // A collective message nobody has asked for yet. If this rank already waits
-  // for an earlier message from the same peer, the peer has moved past it:
-  // the ranks disagree on the sequence of collectives.
-  for (Request* r : c.recvq) {
-    if (r->tag.space != Space::kCollective) continue;
-    if (tag_less(r->tag, tag) || (r->tag.seq == tag.seq && r->check_fp && !(r->fp == h.fp))) {
-      std::string mine = opts_.describe_fp ? opts_.describe_fp(r->fp) : "?";
-      std::string theirs = opts_.describe_fp ? opts_.describe_fp(h.fp) : "?";
-      fail(std::make_exception_ptr(Mismatch(
-          "collective mismatch with " + describe_peer(c.peer) + ": this rank waits for " +
-          describe_tag(r->tag) + " of " + mine + ", rank " + std::to_string(c.peer) + " sent " +
-          describe_tag(tag) + " of " + theirs)));
-    }
-    break;
-  }
+  // A collective message nobody has asked for yet: it waits in the kernel,
+  // unless the ranks disagree on the sequence of collectives.
+  if (auto e = check_order(c.recvq, m, opts_.describe_fp, name)) fail(e);
   return false;
 }
 

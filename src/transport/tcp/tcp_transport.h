@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/net.h"
+#include "transport/first_cause.h"
 #include "transport/tcp/frame.h"
 #include "transport/transport.h"
 
@@ -39,6 +40,7 @@ struct PeerAddress {
   uint16_t port = 0;
   std::string hostname;  // for messages
   std::string host_id;   // net::host_identity() of the peer's host
+  std::string process;   // proc::self_token() of the peer (may be empty)
 };
 
 struct TcpOptions {
@@ -126,9 +128,7 @@ class TcpTransport final : public Transport {
   std::deque<Request*> any_recvs_;                // P2P receives from kAnySource
   std::vector<PeerAddress> addr_cache_;
 
-  std::atomic<bool> broken_flag_{false};
-  mutable std::mutex broken_mu_;
-  std::exception_ptr broken_;  // GUARDED_BY(broken_mu_)
+  FirstCause broken_;
   bool closed_ = false;        // driving thread only
   int spin_us_ = 0;            // driving thread only
 };

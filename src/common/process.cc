@@ -1,0 +1,67 @@
+// common/process.cc — see process.h.
+#include "common/process.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/net.h"
+
+namespace shoal::proc {
+namespace {
+
+std::string pid_namespace() {
+  struct stat st{};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return "";
+  return std::to_string(static_cast<unsigned long long>(st.st_ino));
+}
+
+// State letter and start time (fields 3 and 22 of /proc/<pid>/stat); false
+// when the process does not exist.
+bool read_stat(const std::string& pid, char* state, std::string* start) {
+  std::ifstream f("/proc/" + pid + "/stat");
+  std::string line;
+  if (!f || !std::getline(f, line)) return false;
+  // The command name (field 2) is in parentheses and may hold spaces.
+  auto close = line.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  rest >> *state;
+  for (int i = 4; i <= 22 && rest >> field; ++i) {
+    if (i == 22) {
+      *start = field;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string self_token() {
+  std::string boot = net::boot_id(), ns = pid_namespace();
+  char state = 0;
+  std::string start;
+  if (boot.empty() || ns.empty() || !read_stat("self", &state, &start)) return "";
+  return boot + "/" + ns + "/" + std::to_string(getpid()) + "/" + start;
+}
+
+Liveness probe(const std::string& token) {
+  if (token.empty()) return Liveness::kUnknown;
+  auto s1 = token.find('/'), s2 = token.find('/', s1 + 1), s3 = token.find('/', s2 + 1);
+  if (s1 == std::string::npos || s2 == std::string::npos || s3 == std::string::npos) return Liveness::kUnknown;
+  if (token.substr(0, s1) != net::boot_id() || token.substr(s1 + 1, s2 - s1 - 1) != pid_namespace()) {
+    return Liveness::kUnknown;
+  }
+  char state = 0;
+  std::string start;
+  if (!read_stat(token.substr(s2 + 1, s3 - s2 - 1), &state, &start)) return Liveness::kGone;
+  if (start != token.substr(s3 + 1)) return Liveness::kGone;  // the pid was reused
+  if (state == 'Z' || state == 'X') return Liveness::kGone;
+  return Liveness::kAlive;
+}
+
+}  // namespace shoal::proc

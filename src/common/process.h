@@ -1,0 +1,25 @@
+// common/process.h — who a process is, so that a rank on the same machine can
+// tell whether a peer's process still exists without any message from it.
+//
+// A token names a process by boot id, pid namespace, pid and start time (in
+// clock ticks since boot), so a reused pid or a process in another pid
+// namespace (containers that share a network namespace) is never mistaken
+// for the peer.
+#pragma once
+
+#include <string>
+
+namespace shoal::proc {
+
+// This process's token, "<boot id>/<pid ns inode>/<pid>/<start time>", or ""
+// when /proc does not tell (then nobody can probe this process).
+std::string self_token();
+
+enum class Liveness { kAlive, kGone, kUnknown };
+
+// kGone when `token` names a process of this machine and pid namespace that
+// has exited (or is a zombie); kUnknown when the token is empty or names a
+// process elsewhere; kAlive otherwise. Reads /proc only: no signal is sent.
+Liveness probe(const std::string& token);
+
+}  // namespace shoal::proc
