@@ -151,6 +151,61 @@ def chain_check(cfg, depth=4, steps=3, batch=8, opt="sgd"):
                                      M.chain_data(steps, batch * dp), F.cross_entropy, make_opt)
 
 
+def accumulation_check(base, depth=4, pairs=2, batch=8):
+    """backward_passes_per_step=2 against a plain module that backpropagates two
+    batches before each optimizer step; between the two steps the DP replicas'
+    gradients must differ (no average ran), after the second they agree."""
+    cfg = {**base, "pipeline": "interleaved"}
+    smp.init(cfg)
+    dp, r = smp.dp_size(), smp.dp_rank()
+    data = M.chain_data(2 * pairs, batch * dp)
+    torch.manual_seed(0)
+    ref = M.Chain(depth=depth)
+    torch.manual_seed(0)
+    net = M.Chain(depth=depth)
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for k in range(0, len(data), 2):
+        ropt.zero_grad()
+        for x, y in data[k:k + 2]:
+            F.cross_entropy(ref(x), y).backward()
+        ropt.step()
+
+    model = smp.DistributedModel(net, backward_passes_per_step=2)
+    opt = smp.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9))
+
+    @smp.step
+    def train_step(model, x, y):
+        loss = F.cross_entropy(model(x), y)
+        model.backward(loss)
+        return loss
+
+    def grad_sum():
+        return sum(float(p.grad.double().sum()) for p in model.local_parameters() if p.grad is not None)
+
+    def spread(v):  # max - min of v over the DP group
+        t = torch.tensor([v, -v], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=smp.get_dp_process_group())
+        return t[0].item() + t[1].item()
+
+    for k in range(0, len(data), 2):
+        opt.zero_grad()
+        for j, (x, y) in enumerate(data[k:k + 2]):
+            b = x.size(0) // dp
+            train_step(model, x[r * b:(r + 1) * b], y[r * b:(r + 1) * b])
+            d = spread(grad_sum())
+            if j == 0:
+                assert d > 1e-6, f"step {k}: replicas' gradients agree after a non-syncing step (spread {d})"
+            else:
+                assert d < 1e-6 * max(1.0, abs(grad_sum())), f"step {k + 1}: replicas disagree by {d}"
+        opt.step()
+    same_state(model.state_dict(), ref.state_dict(), "accumulation: parameters")
+    try:
+        smp.DistributedModel(M.Chain(depth=depth), backward_passes_per_step=0)
+        raise AssertionError("backward_passes_per_step=0 was accepted")
+    except smp.SMPValidationError as e:
+        assert "backward_passes_per_step" in str(e), e
+
+
 @suite("train")
 def train(c, p):
     """p: the number of partitions. Both schedules, auto and manual placement."""
@@ -186,6 +241,9 @@ def train(c, p):
         nseg = max(len(pl.segments) for pl in rt.plans.values())
         assert nseg > p, f"tied embeddings: expected a non-contiguous plan, got {nseg} segments"
     c.run("gpt tied, variable length", gpt)
+
+    if ddp:
+        c.run("gradient accumulation (backward_passes_per_step=2)", accumulation_check, base)
 
     if p == 2 and dp == 1:
         c.run("branchy nested values", lambda: train_and_compare(

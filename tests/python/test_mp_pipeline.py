@@ -38,7 +38,7 @@ def test_four_ranks_four_partitions_two_replicas_resume_failure():
     partitions resumed on 2 partitions x 2 replicas; then a stage that raises in forward (or
     backward) must end every rank with its error, fast (last: it breaks the groups)."""
     passed = _job(4, "train:4", "train:2", "resume", "failure")
-    assert len(passed) == 11, passed
+    assert len(passed) == 12, passed
 
 
 @pytest.mark.skipif(os.environ.get("SHOAL_TEST_MP_8RANKS") != "1",
@@ -46,4 +46,4 @@ def test_four_ranks_four_partitions_two_replicas_resume_failure():
 def test_eight_ranks_four_partitions_two_replicas():
     """4 partitions x 2 replicas (ddp)."""
     passed = _job(8, "train:4", timeout=600)
-    assert len(passed) == 4, passed
+    assert len(passed) == 5, passed

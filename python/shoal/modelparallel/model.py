@@ -55,9 +55,10 @@ class DistributedModel(torch.nn.Module):
         if unsupported:
             raise SMPUnsupportedError(f"smp.DistributedModel: unsupported argument(s) "
                                       f"{', '.join(sorted(unsupported))}")
-        if backward_passes_per_step != 1:
-            raise SMPUnsupportedError("smp.DistributedModel: backward_passes_per_step != 1 is not implemented "
-                                      "(accumulate over more microbatches instead)")
+        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+                or backward_passes_per_step < 1:
+            raise SMPValidationError(f"smp.DistributedModel: backward_passes_per_step must be an int >= 1, got "
+                                     f"{backward_passes_per_step!r}")
         if not isinstance(module, torch.nn.Module):
             raise SMPValidationError(f"smp.DistributedModel: expected a torch.nn.Module, got "
                                      f"{type(module).__name__}")
@@ -68,6 +69,7 @@ class DistributedModel(torch.nn.Module):
         self._smp = _Options(rt=None, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=broadcast_buffers,
                              average_grads_across_microbatches=average_grads_across_microbatches,
                              overlapping_allreduce=overlapping_allreduce, hooks=[], partial_keys=None,
+                             backward_passes_per_step=backward_passes_per_step, backward_passes=0,
                              partial_strict=True, epoch=s.epoch)
         s.model = self
 
@@ -116,7 +118,14 @@ class DistributedModel(torch.nn.Module):
         key, plan = rt.plan_for(ctx.calls[0])
         backward = ctx.calls[0].grad_enabled
         sched = rt.schedule_for(key, plan, ctx.m, backward)
-        return Executor(rt, ctx, plan, sched, backward).run()
+        # Gradient accumulation: the DP average runs on every
+        # backward_passes_per_step-th step with a backward pass; the steps
+        # between only accumulate into .grad locally.
+        sync = True
+        if backward:
+            self._smp.backward_passes += 1
+            sync = self._smp.backward_passes % self._smp.backward_passes_per_step == 0
+        return Executor(rt, ctx, plan, sched, backward, sync_grads=sync).run()
 
     def _partition(self, ctx) -> None:
         s = require()

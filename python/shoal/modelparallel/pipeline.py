@@ -45,12 +45,13 @@ _RESULTS_TAG = 1 << 28          # transfer tags use 4t..4t+2, and c10d tags are 
 
 
 class Executor:
-    def __init__(self, rt, ctx, plan: Plan, sched: Schedule, backward: bool):
+    def __init__(self, rt, ctx, plan: Plan, sched: Schedule, backward: bool, sync_grads: bool = True):
         self.rt = rt
         self.ctx = ctx
         self.plan = plan
         self.sched = sched
         self.backward_on = backward
+        self.sync_grads = sync_grads
         s = rt.s
         self.s = s
         self.group = s.pipe
@@ -248,7 +249,7 @@ class Executor:
 
     # ------------------------------------------------------------- the step
     def run(self) -> List[Any]:
-        reducer = self.rt.reducer if self.backward_on else None
+        reducer = self.rt.reducer if self.backward_on and self.sync_grads else None
         overlap = self.rt.model._smp.overlapping_allreduce
         groups = {}
         if reducer is not None and overlap:
