@@ -477,10 +477,15 @@ void CommunicatorImpl::reap_p2p() {
                        transport_->pending_summary(one, 1))));
       transport_->poll();  // throws the cause, after publishing it
     }
-    if (probe && op.peer >= 0) {
+    if (probe && op.peer >= 0 && !transport_->heard_from(op.peer)) {
       if (auto gone = peer_gone(op.peer)) {
-        transport_->abort(gone);
-        transport_->poll();  // throws the cause, after publishing it
+        // It may have connected and sent before it went (still in the
+        // backlog): then its connection tells the rest.
+        transport_->poll_both();
+        if (!transport_->heard_from(op.peer)) {
+          transport_->abort(gone);
+          transport_->poll();  // throws the cause, after publishing it
+        }
       }
     }
     ++it;

@@ -174,6 +174,14 @@ bool HybridTransport::poll_children() {
   });
 }
 
+void HybridTransport::poll_both() {
+  check_broken();
+  for (int round = 0; round < 16; ++round) {
+    net_active_ = true;
+    if (!poll_children()) break;
+  }
+}
+
 bool HybridTransport::poll() {
   check_broken();
   return poll_children();
@@ -255,8 +263,14 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
       if (auto cause = opts_.check_abort()) fail(cause);
       if (opts_.peer_gone) {
         for (size_t i = 0; i < n; ++i) {
-          if (reqs[i]->complete || reqs[i]->peer < 0) continue;
-          if (auto cause = opts_.peer_gone(reqs[i]->peer)) fail(cause);
+          const int p = reqs[i]->peer;
+          if (reqs[i]->complete || p < 0 || heard_from(p)) continue;
+          auto cause = opts_.peer_gone(p);
+          if (!cause) continue;
+          // Gone: but it may have connected and sent before it went (still in
+          // the backlog); then its connection tells the rest.
+          poll_both();
+          if (!heard_from(p)) fail(cause);
         }
       }
     }

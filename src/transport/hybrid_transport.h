@@ -30,9 +30,9 @@ struct HybridOptions {
   // when another rank has published one, else null.
   std::function<std::exception_ptr()> check_abort;
   int abort_poll_ms = 250;
-  // Polled likewise for each peer a blocked wait waits for: a cause when that
-  // peer is known to be gone without any message or socket saying so (its
-  // process on this machine has exited before it connected), else null.
+  // Polled likewise for each peer a blocked wait waits for that has never
+  // connected: a cause when that peer is known to be gone (its process on
+  // this machine has exited), else null.
   std::function<std::exception_ptr(int peer)> peer_gone;
 };
 
@@ -48,12 +48,18 @@ class HybridTransport final : public Transport {
   void post_recv(Request* r) override;
   void wait(Request* const* reqs, size_t n, Clock::time_point deadline) override;
   bool poll() override;
+  // Polls both children until nothing moves (a bounded number of rounds):
+  // poll() visits the network only now and then while shared memory is busy,
+  // and a connection in the backlog takes a round to accept and another to
+  // read its hello.
+  void poll_both();
   void poll_wait(Clock::time_point until) override;
   void wake() override;
   void set_spin_us(int us) override { spin_us_ = us; }
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
+  bool heard_from(int peer) const override { return route(peer).heard_from(peer); }
   int event_fd() const override { return epoll_fd_.get(); }
   bool arm() override;
   bool cancel(Request* r) override;

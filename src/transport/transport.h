@@ -126,6 +126,11 @@ class Transport {
 
   // A description of the peer for error messages: "rank 3 (host:port)".
   virtual std::string describe_peer(int peer) const = 0;
+
+  // Whether a connection with `peer` has been made (it may have closed
+  // since): then whatever the peer sent, and its leaving, reach this side
+  // through it. Polling first takes in connections still in the backlog.
+  virtual bool heard_from(int peer) const = 0;
 };
 
 }  // namespace shoal::transport

@@ -101,6 +101,12 @@ ShmTransport::ShmTransport(ShmOptions opts) : opts_(std::move(opts)) {
 
 ShmTransport::~ShmTransport() { close_all(); }
 
+bool ShmTransport::heard_from(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer]) return false;
+  const Channel& c = *peers_[peer];
+  return c.sock || c.ready || c.dead || c.peer_closed;
+}
+
 std::string ShmTransport::describe_peer(int peer) const {
   std::ostringstream o;
   o << "rank " << peer;

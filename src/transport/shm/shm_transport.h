@@ -69,6 +69,7 @@ class ShmTransport final : public Transport {
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
+  bool heard_from(int peer) const override;
   int event_fd() const override { return epoll_fd_.get(); }
   bool arm() override;
   bool cancel(Request* r) override;

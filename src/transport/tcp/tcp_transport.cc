@@ -57,6 +57,11 @@ TcpTransport::TcpTransport(TcpOptions opts) : opts_(std::move(opts)) {
 
 TcpTransport::~TcpTransport() = default;
 
+bool TcpTransport::heard_from(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer]) return false;
+  return peers_[peer]->fd || peers_[peer]->dead;
+}
+
 std::string TcpTransport::describe_peer(int peer) const {
   std::ostringstream o;
   o << "rank " << peer;
