@@ -55,7 +55,7 @@ struct Options {
   // this host runs no more ranks than it has cores). SHOAL_SPIN_US.
   int spin_us = -1;
   // Pipelining segment of large transfers. SHOAL_SEGMENT_BYTES.
-  size_t segment_bytes = 0;  // 0 = default (1 MiB)
+  size_t segment_bytes = 0;  // 0 = default (512 KiB)
   // Store keys of this communicator live under "shoal/<name>/". Empty: a
   // per-process counter, so communicators created in the same order on every
   // rank pair up.

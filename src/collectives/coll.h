@@ -73,7 +73,7 @@ struct Args {
 };
 
 struct Tuning {
-  size_t segment_bytes = 1 << 20;  // pipelining unit of large transfers
+  size_t segment_bytes = 512 << 10;  // pipelining unit of large transfers (docs/algorithms.md)
 };
 
 // Reusable scratch memory owned by the communicator (grows, never shrinks).

@@ -70,13 +70,14 @@ using DescribeFp = std::function<std::string(const Fingerprint&)>;
 template <class Name>
 std::exception_ptr check_matched(const Request& r, const Arrival& m, const DescribeFp& fp, Name&& name) {
   auto describe = [&](const Fingerprint& f) { return fp ? fp(f) : std::string("?"); };
-  const std::string who = std::to_string(m.peer);
   if (r.check_fp && !(r.fp == m.fp)) {
+    const std::string who = std::to_string(m.peer);
     return std::make_exception_ptr(Mismatch("collective mismatch with " + name(m.peer) + " at " +
                                             describe_tag(m.tag) + ": this rank runs " + describe(r.fp) +
                                             ", rank " + who + " runs " + describe(m.fp)));
   }
   if (r.len != m.length) {
+    const std::string who = std::to_string(m.peer);
     return std::make_exception_ptr(Mismatch(
         "message size mismatch with " + name(m.peer) + " at " + describe_tag(m.tag) +
         ": this rank expects " + std::to_string(r.len) + " bytes, rank " + who + " sent " +
