@@ -115,6 +115,7 @@ class CommunicatorImpl {
   std::exception_ptr broken_;              // GUARDED_BY(mu_)
   std::atomic<bool> busy_{false};
   int spin_us_ = 0;  // busy-poll budget of a caller driving inline
+  bool spin_yield_ = false;  // more ranks than cores here: spin by sched_yield
   bool spin_auto_ = false;  // spin_us_ was derived, not set: topology may revise it
   std::unique_ptr<core::Observer> observer_;  // set before the executor starts
   std::thread executor_;

@@ -93,7 +93,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   overrides_ = coll::Overrides::parse(spec);
   tuning_.segment_bytes = opts_.segment_bytes
                               ? opts_.segment_bytes
-                              : static_cast<size_t>(env::get_int("SHOAL_SEGMENT_BYTES").value_or(1 << 20));
+                              : static_cast<size_t>(env::get_int("SHOAL_SEGMENT_BYTES")
+                                                        .value_or(static_cast<int64_t>(coll::Tuning{}.segment_bytes)));
   if (tuning_.segment_bytes == 0) throw InvalidArgument("SHOAL_SEGMENT_BYTES: must be > 0");
 
   transport::tcp::TcpOptions t;
@@ -107,7 +108,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     int64_t local = size_;
     if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::atoll(l);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    spin = local <= cores ? 200 : 0;
+    spin = 200;
+    spin_yield_ = local > cores;
   }
   spin_auto_ = opts_.spin_us < 0 && !env::get_int("SHOAL_SPIN_US");
   spin_us_ = spin;
@@ -239,7 +241,7 @@ const coll::Topology& CommunicatorImpl::topology() {
     std::string boot = net::boot_id();
     int here = 0;
     for (const auto& id : ids) here += boot.empty() ? id == host_id_ : id.find(boot) != std::string::npos;
-    if (here > sysconf(_SC_NPROCESSORS_ONLN)) spin_us_ = 0;
+    spin_yield_ = here > sysconf(_SC_NPROCESSORS_ONLN);
   }
   return topo_;
 }
@@ -357,6 +359,7 @@ void CommunicatorImpl::fail_all(std::exception_ptr cause) {
 bool CommunicatorImpl::drain(bool inline_caller) {
   bool progressed = false;
   transport_->set_spin_us(inline_caller ? spin_us_ : 0);
+  transport_->set_spin_yield(spin_yield_);
   for (;;) {
     std::unique_ptr<Op> op;
     {

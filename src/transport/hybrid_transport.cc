@@ -2,6 +2,7 @@
 #include "transport/hybrid_transport.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -254,7 +255,12 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     if (now >= deadline) {
       fail(std::make_exception_ptr(TimeoutError("timed out waiting for " + pending_summary(reqs, n))));
     }
-    if (poll_children() || now < spin_until || !arm()) continue;
+    if (poll_children()) continue;
+    if (now < spin_until) {
+      if (spin_yield_) sched_yield();
+      continue;
+    }
+    if (!arm()) continue;
     auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
     int timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 1, opts_.abort_poll_ms));
     if (block(timeout_ms) == 0 && opts_.check_abort && Clock::now() >= next_abort_check) {
