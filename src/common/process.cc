@@ -49,10 +49,26 @@ std::string self_token() {
   return boot + "/" + ns + "/" + std::to_string(getpid()) + "/" + start;
 }
 
+namespace {
+
+// Positions of the three '/' of a token; false if it is not one.
+bool split(const std::string& token, size_t* s1, size_t* s2, size_t* s3) {
+  *s1 = token.find('/');
+  *s2 = *s1 == std::string::npos ? *s1 : token.find('/', *s1 + 1);
+  *s3 = *s2 == std::string::npos ? *s2 : token.find('/', *s2 + 1);
+  return *s3 != std::string::npos;
+}
+
+}  // namespace
+
+std::string pid_of(const std::string& token) {
+  size_t s1, s2, s3;
+  return split(token, &s1, &s2, &s3) ? token.substr(s2 + 1, s3 - s2 - 1) : "";
+}
+
 Liveness probe(const std::string& token) {
-  if (token.empty()) return Liveness::kUnknown;
-  auto s1 = token.find('/'), s2 = token.find('/', s1 + 1), s3 = token.find('/', s2 + 1);
-  if (s1 == std::string::npos || s2 == std::string::npos || s3 == std::string::npos) return Liveness::kUnknown;
+  size_t s1, s2, s3;
+  if (!split(token, &s1, &s2, &s3)) return Liveness::kUnknown;
   if (token.substr(0, s1) != net::boot_id() || token.substr(s1 + 1, s2 - s1 - 1) != pid_namespace()) {
     return Liveness::kUnknown;
   }

@@ -22,4 +22,7 @@ enum class Liveness { kAlive, kGone, kUnknown };
 // process elsewhere; kAlive otherwise. Reads /proc only: no signal is sent.
 Liveness probe(const std::string& token);
 
+// The pid field of a token ("" if it has none), for messages.
+std::string pid_of(const std::string& token);
+
 }  // namespace shoal::proc

@@ -274,9 +274,7 @@ std::exception_ptr CommunicatorImpl::peer_gone(int peer) {
     processes_[static_cast<size_t>(peer)] = token;
   }
   if (proc::probe(token == "-" ? "" : token) != proc::Liveness::kGone) return nullptr;
-  auto s = token.find('/', token.find('/') + 1);
-  std::string pid = token.substr(s + 1, token.find('/', s + 1) - s - 1);
-  return on_lost(peer, "its process (pid " + pid + " on this machine) has exited");
+  return on_lost(peer, "its process (pid " + proc::pid_of(token) + " on this machine) has exited");
 }
 
 void CommunicatorImpl::on_break(std::exception_ptr cause) {
@@ -480,15 +478,10 @@ void CommunicatorImpl::reap_p2p() {
                        transport_->pending_summary(one, 1))));
       transport_->poll();  // throws the cause, after publishing it
     }
-    if (probe && op.peer >= 0 && !transport_->heard_from(op.peer)) {
-      if (auto gone = peer_gone(op.peer)) {
-        // It may have connected and sent before it went (still in the
-        // backlog): then its connection tells the rest.
-        transport_->poll_both();
-        if (!transport_->heard_from(op.peer)) {
-          transport_->abort(gone);
-          transport_->poll();  // throws the cause, after publishing it
-        }
+    if (probe && op.peer >= 0) {
+      if (auto gone = transport_->gone_silently(op.peer)) {
+        transport_->abort(gone);
+        transport_->poll();  // throws the cause, after publishing it
       }
     }
     ++it;

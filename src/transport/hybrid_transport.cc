@@ -183,6 +183,16 @@ void HybridTransport::poll_both() {
   }
 }
 
+std::exception_ptr HybridTransport::gone_silently(int peer) {
+  if (!opts_.peer_gone || heard_from(peer)) return nullptr;
+  auto cause = opts_.peer_gone(peer);
+  if (!cause) return nullptr;
+  // Gone: but it may have connected and sent before it went (still in the
+  // backlog); then its connection tells the rest.
+  poll_both();
+  return heard_from(peer) ? nullptr : cause;
+}
+
 bool HybridTransport::poll() {
   check_broken();
   return poll_children();
@@ -267,17 +277,9 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
       // Blocked with nothing moving: has another rank failed the job?
       next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
       if (auto cause = opts_.check_abort()) fail(cause);
-      if (opts_.peer_gone) {
-        for (size_t i = 0; i < n; ++i) {
-          const int p = reqs[i]->peer;
-          if (reqs[i]->complete || p < 0 || heard_from(p)) continue;
-          auto cause = opts_.peer_gone(p);
-          if (!cause) continue;
-          // Gone: but it may have connected and sent before it went (still in
-          // the backlog); then its connection tells the rest.
-          poll_both();
-          if (!heard_from(p)) fail(cause);
-        }
+      for (size_t i = 0; i < n; ++i) {
+        if (reqs[i]->complete || reqs[i]->peer < 0) continue;
+        if (auto cause = gone_silently(reqs[i]->peer)) fail(cause);
       }
     }
     check_broken();

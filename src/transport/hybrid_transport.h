@@ -53,6 +53,9 @@ class HybridTransport final : public Transport {
   // and a connection in the backlog takes a round to accept and another to
   // read its hello.
   void poll_both();
+  // The cause to fail with when `peer` never connected and `peer_gone` says
+  // it is gone (after taking in the backlog), else null.
+  std::exception_ptr gone_silently(int peer);
   void poll_wait(Clock::time_point until) override;
   void wake() override;
   void set_spin_us(int us) override { spin_us_ = us; }
