@@ -17,6 +17,7 @@
 #include "collectives/coll.h"
 #include "collectives/registry.h"
 #include "core/observer.h"
+#include "core/roll_call.h"
 #include "shoal/communicator.h"
 #include "transport/hybrid_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -91,6 +92,8 @@ class CommunicatorImpl {
   std::exception_ptr on_lost(int peer, const std::string& detail);
   transport::tcp::PeerAddress lookup(int peer);
   std::exception_ptr peer_gone(int peer);
+  std::exception_ptr timed_out(const std::string& waiting);
+  std::exception_ptr abort_record();
   const coll::Topology& topology();
   core::ObserverConfig observer_config(uint64_t id, const std::string& shm_mode);  // core/observer.cc
 
@@ -118,6 +121,7 @@ class CommunicatorImpl {
   bool spin_yield_ = false;  // more ranks than cores here: spin by sched_yield
   bool spin_auto_ = false;  // spin_us_ was derived, not set: topology may revise it
   std::unique_ptr<core::Observer> observer_;  // set before the executor starts
+  std::unique_ptr<core::RollCall> roll_call_;  // set before the executor starts
   std::thread executor_;
 };
 

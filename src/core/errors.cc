@@ -73,7 +73,12 @@ AbortRecord AbortRecord::from(std::exception_ptr e, int detector) {
 }
 
 std::exception_ptr AbortRecord::to_error() const {
-  return make(code, message + " (detected by rank " + std::to_string(detector) + ")", peer);
+  // "rank 3 reports: peer lost: rank 1 ...", without the detector's own
+  // "shoal rank 3: " (the raising rank puts its own prefix first).
+  const std::string who = "rank " + std::to_string(detector);
+  std::string what = message;
+  if (what.rfind("shoal " + who + ": ", 0) == 0) what = what.substr(who.size() + 8);
+  return make(code, who + " reports: " + what, peer);
 }
 
 }  // namespace shoal::core

@@ -118,15 +118,10 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   t.lookup = [this](int peer) { return lookup(peer); };
   t.on_break = [this](std::exception_ptr e) { on_break(e); };
   t.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
+  roll_call_ = std::make_unique<core::RollCall>(store_, rank_, size_);
   auto check_abort = [this]() -> std::exception_ptr {
-    try {
-      if (store_->check({"abort"})) {
-        auto rec = core::AbortRecord::decode(store_->get_str("abort"));
-        if (rec && rec->detector != rank_) return rec->to_error();
-      }
-    } catch (...) {
-    }
-    return nullptr;
+    roll_call_->answer();  // blocked in shoal: say so if someone calls the roll
+    return abort_record();
   };
   t.check_abort = check_abort;
   t.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
@@ -193,6 +188,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   ho.is_local = [this](int peer) { return lookup(peer).host_id == host_id_; };
   ho.check_abort = check_abort;
   ho.peer_gone = [this](int peer) { return peer_gone(peer); };
+  ho.timed_out = [this](const std::string& waiting) { return timed_out(waiting); };
   transport_ = std::make_unique<transport::HybridTransport>(std::move(tcp), std::move(shm), std::move(ho));
   if (size_ > 1) {
     store_->set_str("addr/" + std::to_string(rank_), host + " " + std::to_string(tcp_->listen_port()) +
@@ -275,6 +271,42 @@ std::exception_ptr CommunicatorImpl::peer_gone(int peer) {
   }
   if (proc::probe(token == "-" ? "" : token) != proc::Liveness::kGone) return nullptr;
   return on_lost(peer, "its process (pid " + proc::pid_of(token) + " on this machine) has exited");
+}
+
+// A wait reached its deadline: call the roll, so that the error names the
+// ranks the job waits for (roll_call.h), not just the peer this rank waited
+// for, which may itself be waiting for them.
+std::exception_ptr CommunicatorImpl::timed_out(const std::string& waiting) {
+  // A rank that failed first has said why; ranks that left after it would
+  // not answer the roll either.
+  if (auto first = abort_record()) return first;
+  constexpr auto kWindow = std::chrono::milliseconds(600);  // > 2 abort polls of a blocked rank
+  auto silent = roll_call_->call(kWindow);
+  std::string msg;
+  if (silent && !silent->empty()) {
+    msg = "timed out: " + core::describe_silent(*silent) + " a roll call within " +
+          std::to_string(kWindow.count()) +
+          " ms (stopped, hung, or busy outside shoal); rank " + std::to_string(rank_) + " was waiting for " + waiting;
+  } else if (silent) {
+    msg = "timed out waiting for " + waiting +
+          "; every rank answered a roll call, so all are alive and waiting in shoal (operations that "
+          "do not match across ranks?)";
+  } else {
+    msg = "timed out waiting for " + waiting;
+  }
+  return std::make_exception_ptr(TimeoutError(msg));
+}
+
+// Another rank's published cause (see on_break), or null.
+std::exception_ptr CommunicatorImpl::abort_record() {
+  try {
+    if (store_->check({"abort"})) {
+      auto rec = core::AbortRecord::decode(store_->get_str("abort"));
+      if (rec && rec->detector != rank_) return rec->to_error();
+    }
+  } catch (...) {
+  }
+  return nullptr;
 }
 
 void CommunicatorImpl::on_break(std::exception_ptr cause) {
@@ -472,12 +504,13 @@ void CommunicatorImpl::reap_p2p() {
       // Like a collective's timeout: the transport is broken (the message may
       // be half sent) and the cause is published for the other ranks.
       transport::Request* one[1] = {op.req.get()};
-      transport_->abort(std::make_exception_ptr(
-          TimeoutError("shoal rank " + std::to_string(rank_) + ": " + std::string(coll::coll_name(op.coll)) +
-                       " (tag " + std::to_string(op.tag) + ") timed out waiting for " +
-                       transport_->pending_summary(one, 1))));
+      transport_->abort(core::with_context(timed_out(transport_->pending_summary(one, 1)),
+                                           "shoal rank " + std::to_string(rank_) + ": " +
+                                               std::string(coll::coll_name(op.coll)) + " (tag " +
+                                               std::to_string(op.tag) + "): "));
       transport_->poll();  // throws the cause, after publishing it
     }
+    if (probe) roll_call_->answer();
     if (probe && op.peer >= 0) {
       if (auto gone = transport_->gone_silently(op.peer)) {
         transport_->abort(gone);

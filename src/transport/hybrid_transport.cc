@@ -263,7 +263,9 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     if (all) return;
     auto now = Clock::now();
     if (now >= deadline) {
-      fail(std::make_exception_ptr(TimeoutError("timed out waiting for " + pending_summary(reqs, n))));
+      const std::string waiting = pending_summary(reqs, n);
+      fail(opts_.timed_out ? opts_.timed_out(waiting)
+                           : std::make_exception_ptr(TimeoutError("timed out waiting for " + waiting)));
     }
     if (poll_children()) continue;
     if (now < spin_until) {

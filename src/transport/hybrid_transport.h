@@ -34,6 +34,10 @@ struct HybridOptions {
   // connected: a cause when that peer is known to be gone (its process on
   // this machine has exited), else null.
   std::function<std::exception_ptr(int peer)> peer_gone;
+  // Called when a wait reaches its deadline, with what it still waits for
+  // ("receive from rank 2 ..."): the error to fail with. Null: a plain
+  // TimeoutError.
+  std::function<std::exception_ptr(const std::string& waiting)> timed_out;
 };
 
 class HybridTransport final : public Transport {

@@ -228,6 +228,57 @@ TEST(Faults, RecvTimesOutNamingThePeer) {
   EXPECT_EQ(test::failures(res), "");
 }
 
+// A stopped rank (SIGSTOP: its sockets stay open, nothing is ever closed) is
+// found by the timeout only; every survivor must name it, not the neighbour
+// it happened to wait for (the roll call, core/roll_call.h).
+void stopped_rank_is_named(int n, int victim, size_t count) {
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int size, const auto& store) {
+    std::vector<float> in(count, 1.0f), out(count);
+    c->barrier()->wait();
+    if (me == victim) {
+      store->set_str("victim_pid", std::to_string(getpid()));
+      raise(SIGSTOP);  // killed below by rank `first survivor` once every survivor has checked
+      return;
+    }
+    OpOptions o;
+    o.timeout = std::chrono::milliseconds(1500);
+    std::exception_ptr err;
+    for (int i = 0; i < 100 && !err; ++i) {
+      err = capture([&] {
+        c->allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, o)->wait();
+      });
+    }
+    SHOAL_CHECK(err != nullptr);
+    if (err) {
+      const std::string m = message(err);
+      std::printf("ERROR %s\n", m.c_str());
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, m);
+      SHOAL_CHECK_MSG(m.find("rank " + std::to_string(victim) + " has not answered a roll call") !=
+                          std::string::npos,
+                      m);
+    }
+    store->set_str("checked/" + std::to_string(me), "1");
+    if (me == (victim == 0 ? 1 : 0)) {
+      std::vector<std::string> keys{"victim_pid"};
+      for (int r = 0; r < size; ++r) {
+        if (r != victim) keys.push_back("checked/" + std::to_string(r));
+      }
+      store->wait(keys, std::chrono::seconds(60));
+      kill(std::stoi(store->get_str("victim_pid")), SIGKILL);
+    }
+  });
+  EXPECT_EQ(res[victim].signal, SIGKILL) << res[victim].output;
+  res[victim].exit_code = 0;
+  res[victim].signal = 0;
+  EXPECT_EQ(test::failures(res), "");
+  for (int r = 0; r < n; ++r) {
+    if (r != victim) std::printf("[ rank %d ] %s", r, res[r].output.substr(0, 600).c_str());
+  }
+}
+
+TEST(Faults, StoppedRankIsNamedByEverySurvivor) { stopped_rank_is_named(4, 2, 1 << 16); }
+TEST(Faults, StoppedRankIsNamedByEverySurvivorSmall) { stopped_rank_is_named(5, 1, 1); }
+
 // A peer that has gone before anyone connected to it: the first connection
 // to it is refused, which must fail at once (not be retried until the
 // operation's timeout) and name it.
