@@ -286,7 +286,7 @@ std::exception_ptr CommunicatorImpl::timed_out(const std::string& waiting) {
   if (silent && !silent->empty()) {
     msg = "timed out: " + core::describe_silent(*silent) + " a roll call within " +
           std::to_string(kWindow.count()) +
-          " ms (stopped, hung, or busy outside shoal); rank " + std::to_string(rank_) + " was waiting for " + waiting;
+          " ms (stopped, hung, or busy outside this communicator); rank " + std::to_string(rank_) + " was waiting for " + waiting;
   } else if (silent) {
     msg = "timed out waiting for " + waiting +
           "; every rank answered a roll call, so all are alive and waiting in shoal (operations that "

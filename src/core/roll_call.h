@@ -2,7 +2,7 @@
 //
 // A timeout only says which peer this rank was waiting for; in a ring that
 // is usually a neighbour, itself waiting for the rank that really stopped (a
-// SIGSTOPped or hung process, or one busy outside shoal). So before a rank
+// SIGSTOPped or hung process, or one busy elsewhere). So before a rank
 // fails with a timeout it calls the roll: it opens a roll call in the store
 // and waits a short window for answers. Every rank that is blocked in shoal
 // answers (its wait loop asks the store every abort-poll period anyway; see

@@ -279,6 +279,27 @@ void stopped_rank_is_named(int n, int victim, size_t count) {
 TEST(Faults, StoppedRankIsNamedByEverySurvivor) { stopped_rank_is_named(4, 2, 1 << 16); }
 TEST(Faults, StoppedRankIsNamedByEverySurvivorSmall) { stopped_rank_is_named(5, 1, 1); }
 
+// Two live ranks each waiting for the other (both receive first): both are in
+// shoal, so both answer the roll call, and the error says so instead of
+// blaming a rank.
+TEST(Faults, DeadlockOfLiveRanksSaysEveryRankAnswered) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    float x = 0;
+    OpOptions o;
+    o.timeout = std::chrono::milliseconds(800);
+    auto err = capture([&] { c->recv(&x, 1, DataType::kFloat32, 1 - me, 7, o)->wait(); });
+    SHOAL_CHECK(err != nullptr);
+    if (err) {
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
+      SHOAL_CHECK_MSG(message(err).find("every rank answered a roll call") != std::string::npos ||
+                          message(err).find("rank " + std::to_string(1 - me) + " reports: ") != std::string::npos,
+                      message(err));
+      SHOAL_CHECK_MSG(message(err).find("has not answered") == std::string::npos, message(err));
+    }
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
 // A peer that has gone before anyone connected to it: the first connection
 // to it is refused, which must fail at once (not be retried until the
 // operation's timeout) and name it.
