@@ -282,17 +282,14 @@ std::exception_ptr CommunicatorImpl::timed_out(const std::string& waiting) {
   if (auto first = abort_record()) return first;
   constexpr auto kWindow = std::chrono::milliseconds(600);  // > 2 abort polls of a blocked rank
   auto silent = roll_call_->call(kWindow);
-  std::string msg;
+  std::string msg = "timed out waiting for " + waiting;  // also when the store cannot be asked
   if (silent && !silent->empty()) {
     msg = "timed out: " + core::describe_silent(*silent) + " a roll call within " +
-          std::to_string(kWindow.count()) +
-          " ms (stopped, hung, or busy outside this communicator); rank " + std::to_string(rank_) + " was waiting for " + waiting;
+          std::to_string(kWindow.count()) + " ms (stopped, hung, or busy outside this communicator); rank " +
+          std::to_string(rank_) + " was waiting for " + waiting;
   } else if (silent) {
-    msg = "timed out waiting for " + waiting +
-          "; every rank answered a roll call, so all are alive and waiting in shoal (operations that "
-          "do not match across ranks?)";
-  } else {
-    msg = "timed out waiting for " + waiting;
+    msg += "; every rank answered a roll call, so all are alive and waiting in shoal (operations that "
+           "do not match across ranks?)";
   }
   return std::make_exception_ptr(TimeoutError(msg));
 }

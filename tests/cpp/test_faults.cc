@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/net.h"
+#include "core/errors.h"
 #include "harness.h"
 
 namespace shoal {
@@ -298,6 +299,31 @@ TEST(Faults, DeadlockOfLiveRanksSaysEveryRankAnswered) {
     }
   });
   EXPECT_EQ(test::failures(res), "");
+}
+
+// A cause re-raised from another rank's abort record says whose words they
+// are, without that rank's own "shoal rank D: " prefix, and keeps the type
+// and the lost peer.
+TEST(Faults, AbortRecordIsRaisedAsTheDetectorsReport) {
+  core::AbortRecord lost = core::AbortRecord::from(
+      std::make_exception_ptr(PeerLost("peer lost: rank 1 (vm, shared memory): connection closed", 1)), 3);
+  auto back = core::AbortRecord::decode(lost.encode());
+  ASSERT_TRUE(back.has_value());
+  auto e = back->to_error();
+  EXPECT_EQ(code(e), ErrorCode::kPeerLost);
+  EXPECT_EQ(message(e), "rank 3 reports: peer lost: rank 1 (vm, shared memory): connection closed");
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerLost& x) {
+    EXPECT_EQ(x.peer(), 1);
+  }
+
+  core::AbortRecord timeout = core::AbortRecord::from(
+      std::make_exception_ptr(TimeoutError("shoal rank 3: recv (tag 5): timed out waiting for receive from rank 2")),
+      3);
+  auto t = core::AbortRecord::decode(timeout.encode())->to_error();
+  EXPECT_EQ(code(t), ErrorCode::kTimeout);
+  EXPECT_EQ(message(t), "rank 3 reports: recv (tag 5): timed out waiting for receive from rank 2");
 }
 
 // A peer that has gone before anyone connected to it: the first connection
