@@ -70,6 +70,13 @@ struct OpOptions {
   std::chrono::milliseconds timeout{0};  // 0: the communicator's timeout
   std::string algorithm;                  // force an algorithm by name
   double scale = 1.0;                     // the factor of ReduceOp::kPremulSum
+  // The call returns only once the operation has completed (its Work is done;
+  // wait() on it returns at once or rethrows the error). A collective with
+  // nothing queued ahead of it then runs in the calling thread, with no
+  // hand-off to the executor thread: the fast path for small synchronous
+  // collectives. Ignored by send and receive, which may have to wait for a
+  // later call of the caller's.
+  bool blocking = false;
 };
 
 // The handle of one queued operation.

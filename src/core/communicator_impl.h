@@ -115,6 +115,7 @@ class CommunicatorImpl {
   std::deque<std::unique_ptr<Op>> queue_;  // GUARDED_BY(mu_)
   uint64_t next_seq_ = 1;                  // GUARDED_BY(mu_)
   bool stop_ = false;                      // GUARDED_BY(mu_)
+  bool deferring_ = false;                 // GUARDED_BY(mu_): the executor waits for a caller to drive
   std::exception_ptr broken_;              // GUARDED_BY(mu_)
   std::atomic<bool> busy_{false};
   int spin_us_ = 0;  // busy-poll budget of a caller driving inline

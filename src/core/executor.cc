@@ -358,19 +358,37 @@ void CommunicatorImpl::abort(const std::string& reason) {
 }
 
 WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
+  const bool p2p = op->coll == Coll::kSend || op->coll == Coll::kRecv;
+  const bool blocking = op->opts.blocking && !p2p;  // a blocking send could never meet its receive
   WorkPtr w;
+  std::unique_lock<std::mutex> drive(driver_->mu, std::defer_lock);
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stop_) throw Aborted(prefix(*op) + "the communicator is being destroyed");
-    if (op->coll != Coll::kSend && op->coll != Coll::kRecv) op->seq = next_seq_++;
+    // A blocking collective with nothing queued ahead of it runs right here,
+    // in the calling thread: no hand-off to the executor and back (two futex
+    // wake-ups and an eventfd write, more than a small collective costs on a
+    // busy host). try_lock only: elsewhere driver_->mu is taken before mu_.
+    if (blocking && queue_.empty() && !busy_.load()) (void)drive.try_lock();
+    if (!p2p) op->seq = next_seq_++;
     op->work = std::make_shared<Work>(op->seq);
-    op->work->set_helper([d = driver_] { return d->help(); });
+    if (!drive.owns_lock()) op->work->set_helper([d = driver_] { return d->help(); });
     observer_->enqueued(*op);
     w = op->work;
     queue_.push_back(std::move(op));
   }
+  if (drive.owns_lock()) {
+    drain(true);  // runs the queue, which starts with this operation
+    return w;
+  }
   cv_.notify_one();
   transport_->wake();
+  if (blocking) {
+    try {
+      w->wait();
+    } catch (...) {  // the Work keeps the error for the caller's wait()
+    }
+  }
   return w;
 }
 
@@ -389,14 +407,16 @@ bool CommunicatorImpl::drain(bool inline_caller) {
   transport_->set_spin_yield(spin_yield_);
   for (;;) {
     std::unique_ptr<Op> op;
+    bool wake_executor;
     {
       std::lock_guard<std::mutex> g(mu_);
       if (stop_ || queue_.empty()) break;
       op = std::move(queue_.front());
       queue_.pop_front();
       busy_.store(true);
+      wake_executor = deferring_;
     }
-    cv_.notify_all();  // an executor deferring to us may go back to sleep
+    if (wake_executor) cv_.notify_all();  // it deferred to us: it may go back to sleep
     execute(*op);
     progressed = true;
     busy_.store(false);
@@ -432,7 +452,9 @@ void CommunicatorImpl::run() {
       // taking the operation. Operations nobody waits for start at most
       // kDeferHandoff later.
       if (!queue_.empty() && !has_inflight_.load()) {
+        deferring_ = true;
         cv_.wait_for(g, kDeferHandoff, [&] { return stop_ || queue_.empty(); });
+        deferring_ = false;
         if (stop_) break;
         if (queue_.empty()) continue;
       }

@@ -194,5 +194,69 @@ TEST(Api, CompletionCallbacksRunOnce) {
   EXPECT_EQ(test::failures(res), "");
 }
 
+// A blocking call returns with its Work complete, after the operations queued
+// ahead of it (which it may have run itself), with the same results.
+TEST(Api, BlockingCallsReturnCompletedAndInOrder) {
+  auto res = run_ranks(3, [](std::shared_ptr<Communicator>& c, int me, int n, const auto&) {
+    OpOptions blocking;
+    blocking.blocking = true;
+    for (int round = 0; round < 50; ++round) {
+      std::vector<int32_t> big(1 << 16, me + round), small = {me, 10 * me};
+      auto queued = c->allreduce(big.data(), big.data(), big.size(), DataType::kInt32, ReduceOp::kSum);
+      auto w = c->allreduce(small.data(), small.data(), 2, DataType::kInt32, ReduceOp::kMax, blocking);
+      SHOAL_CHECK(w->test());
+      SHOAL_CHECK(queued->test());  // ahead of it in the queue: done first
+      SHOAL_CHECK(w->seq() == queued->seq() + 1);
+      SHOAL_CHECK(small[0] == n - 1 && small[1] == 10 * (n - 1));
+      SHOAL_CHECK(big[12345] == n * round + n * (n - 1) / 2);
+      double x = me == round % n ? 2.5 + round : -1;
+      auto b = c->broadcast(&x, 1, DataType::kFloat64, round % n, blocking);
+      SHOAL_CHECK(b->test());
+      SHOAL_CHECK(x == 2.5 + round);
+    }
+    c->barrier(blocking)->wait();
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// A blocking call's failure is the Work's, as for a queued one: the call
+// itself throws only for bad arguments.
+TEST(Api, BlockingCallKeepsItsErrorInTheWork) {
+  auto res = run_ranks(2, [](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    OpOptions blocking;
+    blocking.blocking = true;
+    std::vector<float> v(me == 0 ? 4 : 5, 1.0f);  // counts differ: a mismatch
+    WorkPtr w = c->allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum, blocking);
+    SHOAL_CHECK(w->test());
+    SHOAL_CHECK(w->error() != nullptr);
+    bool threw = false;
+    try {
+      w->wait();
+    } catch (const Mismatch& e) {
+      threw = std::string(e.what()).find("count") != std::string::npos;
+    }
+    SHOAL_CHECK(threw);
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// `blocking` does not apply to point-to-point: both ranks post their receive
+// first, then send; a receive that waited would deadlock.
+TEST(Api, BlockingIsIgnoredBySendAndReceive) {
+  JobOptions jo;
+  jo.comm.timeout = std::chrono::seconds(20);
+  auto res = run_ranks(2, [](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    OpOptions blocking;
+    blocking.blocking = true;
+    std::vector<float> out(4 << 20, static_cast<float>(me + 1)), in(4 << 20, 0.0f);
+    auto r = c->recv(in.data(), in.size(), DataType::kFloat32, 1 - me, 7, blocking);
+    auto s = c->send(out.data(), out.size(), DataType::kFloat32, 1 - me, 7, blocking);
+    s->wait();
+    r->wait();
+    SHOAL_CHECK(in[0] == static_cast<float>(2 - me) && in.back() == static_cast<float>(2 - me));
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
 }  // namespace
 }  // namespace shoal

@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", cfg.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000));
   app.add_flag("--check", cfg.check, "verify results and count wrong elements");
   app.add_flag("--inplace", cfg.inplace, "run in place where the collective allows it");
+  app.add_flag("--queued", cfg.queued,
+               "issue each operation asynchronously and wait on it (the path of async callers) instead "
+               "of as a blocking call, which runs small operations in the calling thread");
   app.add_option("--algo", cfg.algo, "force an algorithm by name (see docs/algorithms.md)");
   app.add_option("--format", format, "text or json")->check(CLI::IsMember({"text", "json"}));
   app.add_option("--rank", rank)->group("");  // internal: set by --np spawning

@@ -87,15 +87,17 @@ int run(Communicator& comm, const Config& c) {
   OpOptions oo;
   oo.algorithm = c.algo;
   oo.scale = scale;
+  oo.blocking = !c.queued;  // like MPI's blocking collectives
 
   if (me == 0) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
     if (!c.json) {
-      std::printf("# shoal-perf: %s, %d ranks, %s %s, iters %d, warmup %d, check %s, in place %s, algorithm %s\n",
+      std::printf("# shoal-perf: %s, %d ranks, %s %s, iters %d, warmup %d, check %s, in place %s, algorithm %s, %s\n",
                   c.op.c_str(), n, std::string(dtype_name(c.dtype)).c_str(),
                   std::string(reduce_op_name(c.redop)).c_str(), c.iters, c.warmup, c.check ? "on" : "off",
-                  c.inplace ? "yes" : "no", c.algo.empty() ? "auto" : c.algo.c_str());
+                  c.inplace ? "yes" : "no", c.algo.empty() ? "auto" : c.algo.c_str(),
+                  c.queued ? "queued" : "blocking");
       std::printf("# host %s, %ld cores; time = median of per-iteration times, slowest rank\n", host,
                   sysconf(_SC_NPROCESSORS_ONLN));
       std::printf("#%14s %12s %9s %6s %12s %12s %12s %8s\n", "bytes", "count", "dtype", "redop", "time_us",

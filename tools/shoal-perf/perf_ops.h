@@ -17,6 +17,7 @@ struct Config {
   int root = 0;
   int iters = 20, warmup = 5;
   bool check = false, inplace = false, json = false;
+  bool queued = false;  // hand every operation to the executor (no blocking fast path)
   std::string algo;
 };
 

@@ -25,6 +25,8 @@
 
 #include <optional>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include "shoal/error.h"
 #include "store_adapter.h"
@@ -74,6 +76,22 @@ std::string idx(const char* name, size_t i, size_t j) {
   return idx(name, i) + "[" + std::to_string(j) + "]";
 }
 
+// Whether the caller waits for the result before going on: PyTorch 2.7 and
+// newer say so in the options (`async_op=False` in Python); older ones do not,
+// and the operation is queued as before.
+template <class O, class = void>
+struct HasAsyncOp : std::false_type {};
+template <class O>
+struct HasAsyncOp<O, std::void_t<decltype(std::declval<const O&>().asyncOp)>> : std::true_type {};
+template <class O>
+bool synchronous(const O& opts) {
+  if constexpr (HasAsyncOp<O>::value) {
+    return !opts.asyncOp;
+  } else {
+    return false;
+  }
+}
+
 }  // namespace
 
 // How a tensor travels: shoal element type and elements per torch element.
@@ -92,6 +110,13 @@ class Call {
       : be_(be), coll_(coll), type_(type), collective_(collective), comm_(be.comm()),
         oo_(be.op_options(timeout)) {
     if (!comm_) fail("backend", "this process group's shoal backend was shut down");
+  }
+  // A collective with c10d's options: their timeout, and whether the caller
+  // waits at once (then a small collective runs in the calling thread).
+  template <class O>
+  Call(ShoalBackend& be, const char* coll, c10d::OpType type, const O& opts)
+      : Call(be, coll, type, opts.timeout) {
+    oo_.blocking = synchronous(opts);
   }
 
   [[noreturn]] void fail(const std::string& arg, const std::string& what) const {
@@ -391,7 +416,7 @@ std::string ShoalBackend::comm_error() const {
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::AllreduceOptions& opts) {
-  Call c(*this, "allreduce", c10d::OpType::ALLREDUCE, opts.timeout);
+  Call c(*this, "allreduce", c10d::OpType::ALLREDUCE, opts);
   c.one("tensors", tensors);
   const at::Tensor& t = tensors[0];
   c.tensor("tensor", t);
@@ -405,7 +430,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  Call c(*this, "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts.timeout);
+  Call c(*this, "allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, opts);
   if (tensors.empty()) c.fail("tensors", "empty list");
   for (size_t i = 0; i < tensors.size(); ++i) {
     c.like(idx("tensors", i), tensors[i], "tensors[0]", tensors[0]);
@@ -429,7 +454,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce(std::vector<at::Tensor>& tensors,
                                                     const c10d::ReduceOptions& opts) {
-  Call c(*this, "reduce", c10d::OpType::REDUCE, opts.timeout);
+  Call c(*this, "reduce", c10d::OpType::REDUCE, opts);
   c.one("tensors", tensors);
   c.root(opts.rootRank);
   if (opts.rootTensor != 0) c.fail("root_tensor", "must be 0 (one tensor per process)");
@@ -446,7 +471,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce(std::vector<at::Tensor>& ten
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                   const c10d::ReduceScatterOptions& opts) {
-  Call c(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, opts.timeout);
+  Call c(*this, "reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, opts);
   c.tensor("input", input);
   c.like("output", output, "input", input);
   if (input.numel() != output.numel() * getSize()) {
@@ -469,7 +494,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::_reduce_scatter_base(at::Tensor& ou
 c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                             std::vector<std::vector<at::Tensor>>& inputs,
                                                             const c10d::ReduceScatterOptions& opts) {
-  Call c(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts.timeout);
+  Call c(*this, "reduce_scatter", c10d::OpType::REDUCE_SCATTER, opts);
   c.one("output_tensors", outputs);
   c.list_len("input_tensor_lists", inputs.size(), 1, "one list per process");
   const at::Tensor& o = outputs[0];
@@ -497,7 +522,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  Call c(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts.timeout);
+  Call c(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts);
   if (inputs.empty()) c.fail("inputs", "empty list");
   c.list_len("outputs", outputs.size(), inputs.size(), "one output per input");
   const int W = getSize();
@@ -546,7 +571,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter_tensor_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                        const c10d::BroadcastOptions& opts) {
-  Call c(*this, "broadcast", c10d::OpType::BROADCAST, opts.timeout);
+  Call c(*this, "broadcast", c10d::OpType::BROADCAST, opts);
   c.one("tensors", tensors);
   c.root(opts.rootRank);
   if (opts.rootTensor != 0) c.fail("root_tensor", "must be 0 (one tensor per process)");
@@ -562,7 +587,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::broadcast(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::AllgatherOptions& opts) {
-  Call c(*this, "allgather_into_tensor", c10d::OpType::_ALLGATHER_BASE, opts.timeout);
+  Call c(*this, "allgather_into_tensor", c10d::OpType::_ALLGATHER_BASE, opts);
   c.tensor("input", input);
   c.like("output", output, "input", input);
   if (output.numel() != input.numel() * getSize()) {
@@ -581,7 +606,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::_allgather_base(at::Tensor& output,
 c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::AllgatherOptions& opts) {
-  Call c(*this, "allgather", c10d::OpType::ALLGATHER, opts.timeout);
+  Call c(*this, "allgather", c10d::OpType::ALLGATHER, opts);
   c.one("input_tensors", inputs);
   c.list_len("output_tensor_lists", outputs.size(), 1, "one list per process");
   const at::Tensor& t = inputs[0];
@@ -621,7 +646,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather(std::vector<std::vector<a
 c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts) {
-  Call c(*this, "allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts.timeout);
+  Call c(*this, "allgather_coalesced", c10d::OpType::ALLGATHER_COALESCED, opts);
   if (inputs.empty()) c.fail("input_tensor_list", "empty list");
   const int W = getSize();
   c.list_len("output_tensor_lists", outputs.size(), W, "one list per rank of the group");
@@ -657,7 +682,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_coalesced(std::vector<std
 c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                              std::vector<at::Tensor>& inputs,
                                                                              const c10d::AllgatherOptions& opts) {
-  Call c(*this, "allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts.timeout);
+  Call c(*this, "allgather_into_tensor_coalesced", c10d::OpType::COALESCED, opts);
   if (inputs.empty()) c.fail("inputs", "empty list");
   c.list_len("outputs", outputs.size(), inputs.size(), "one output per input");
   const int W = getSize();
@@ -694,7 +719,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_into_tensor_coalesced(std
 c10::intrusive_ptr<c10d::Work> ShoalBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                     std::vector<at::Tensor>& inputs,
                                                     const c10d::GatherOptions& opts) {
-  Call c(*this, "gather", c10d::OpType::GATHER, opts.timeout);
+  Call c(*this, "gather", c10d::OpType::GATHER, opts);
   c.root(opts.rootRank);
   c.one("input_tensors", inputs);
   const at::Tensor& t = inputs[0];
@@ -733,7 +758,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::gather(std::vector<std::vector<at::
 c10::intrusive_ptr<c10d::Work> ShoalBackend::scatter(std::vector<at::Tensor>& outputs,
                                                      std::vector<std::vector<at::Tensor>>& inputs,
                                                      const c10d::ScatterOptions& opts) {
-  Call c(*this, "scatter", c10d::OpType::SCATTER, opts.timeout);
+  Call c(*this, "scatter", c10d::OpType::SCATTER, opts);
   c.root(opts.rootRank);
   c.one("output_tensors", outputs);
   const at::Tensor& o = outputs[0];
@@ -796,7 +821,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor& output, a
                                                            std::vector<int64_t>& output_split_sizes,
                                                            std::vector<int64_t>& input_split_sizes,
                                                            const c10d::AllToAllOptions& opts) {
-  Call c(*this, "alltoall_base", c10d::OpType::ALLTOALL_BASE, opts.timeout);
+  Call c(*this, "alltoall_base", c10d::OpType::ALLTOALL_BASE, opts);
   c.tensor("input", input);
   c.like("output", output, "input", input);
   const int W = getSize();
@@ -830,7 +855,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor& output, a
 c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::AllToAllOptions& opts) {
-  Call c(*this, "alltoall", c10d::OpType::ALLTOALL, opts.timeout);
+  Call c(*this, "alltoall", c10d::OpType::ALLTOALL, opts);
   const int W = getSize();
   c.list_len("input_tensor_list", inputs.size(), W, "one tensor per rank of the group");
   c.list_len("output_tensor_list", outputs.size(), W, "one tensor per rank of the group");
@@ -914,7 +939,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::recvAnysource(std::vector<at::Tenso
 // ---------------------------------------------------------------- barriers
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::barrier(const c10d::BarrierOptions& opts) {
-  Call c(*this, "barrier", c10d::OpType::BARRIER, opts.timeout);
+  Call c(*this, "barrier", c10d::OpType::BARRIER, opts);
   return c.launch({}, [&](Communicator& comm) { return std::vector<WorkPtr>{comm.barrier(c.oo())}; });
 }
 
