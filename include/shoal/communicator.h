@@ -104,7 +104,7 @@ class Work {
   // made progress), which saves two thread hand-offs per synchronous call.
   explicit Work(uint64_t seq) : seq_(seq) {}
   void finish(std::exception_ptr err, int source = -1);
-  void set_helper(std::function<bool()> help) { help_ = std::move(help); }
+  void set_helper(std::function<bool(const Work&)> help) { help_ = std::move(help); }
 
  private:
   uint64_t seq_;
@@ -114,7 +114,7 @@ class Work {
   std::exception_ptr error_;                   // GUARDED_BY(mu_)
   int source_ = -1;                            // GUARDED_BY(mu_)
   std::vector<std::function<void()>> hooks_;   // GUARDED_BY(mu_)
-  std::function<bool()> help_;                 // set before the Work is shared
+  std::function<bool(const Work&)> help_;      // set before the Work is shared
 };
 
 using WorkPtr = std::shared_ptr<Work>;

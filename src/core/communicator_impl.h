@@ -51,8 +51,9 @@ class CommunicatorImpl;
 struct Driver {
   std::mutex mu;
   CommunicatorImpl* impl = nullptr;  // GUARDED_BY(mu)
-  // Called from Work::wait(): runs what is queued if nobody drives now.
-  bool help();
+  // Called from Work::wait() for `waiting`: runs what is queued if nobody
+  // drives now, and drives a send or receive in flight for a while.
+  bool help(const Work& waiting);
 };
 
 class CommunicatorImpl {
@@ -77,12 +78,15 @@ class CommunicatorImpl {
   friend struct Driver;
   void run();
   // Runs every queued operation (caller holds driver_->mu). Returns true if
-  // it ran or completed anything.
-  bool drain(bool inline_caller);
+  // it ran or completed anything. A caller that waits for `waiting` (a send
+  // or receive in flight) drives the transport for up to spin_us_ before
+  // handing the sends and receives in flight to the executor thread.
+  bool drain(bool inline_caller, const Work* waiting = nullptr);
   void execute(Op& op);
   void run_collective(Op& op);
   void post_p2p(Op& op);
   void reap_p2p();
+  bool spin_p2p(const Work& waiting);
   // Progresses sends and receives in flight until `until` (once if past) and
   // completes those done; a transport failure breaks the communicator.
   void progress_p2p(transport::Clock::time_point until);

@@ -8,7 +8,7 @@ void Work::wait() {
   while (!done_) {
     if (help_) {
       g.unlock();
-      bool progressed = help_();
+      bool progressed = help_(*this);
       g.lock();
       if (progressed) continue;
     }

@@ -95,7 +95,8 @@ class HybridTransport final : public Transport {
   HybridOptions opts_;
   mutable std::vector<int8_t> local_cache_;  // -1 unknown, 0 net, 1 local
   std::vector<Request*> any_pending_;        // any-source receives posted to both
-  bool net_active_ = false;                  // something was routed to net
+  bool net_active_ = false;                  // something was routed to net: poll it every time
+  bool net_due_ = false;                     // net has news (an event, a probe): poll it once
   // Set by abort() (any thread) and fail(): the cheap test of check_broken().
   // A child that fails on its own does so on the driving thread, by throwing.
   std::atomic<bool> broken_flag_{false};

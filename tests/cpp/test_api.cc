@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/net.h"
@@ -255,6 +256,38 @@ TEST(Api, BlockingIsIgnoredBySendAndReceive) {
     r->wait();
     SHOAL_CHECK(in[0] == static_cast<float>(2 - me) && in.back() == static_cast<float>(2 - me));
   }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// A thread waiting for a receive drives the transport itself for a while;
+// operations another thread queues meanwhile still run, in order, and the
+// receive completes once its sender gets to it.
+TEST(Api, WaitingForAReceiveLetsOtherThreadsOperationsRun) {
+  auto res = run_ranks(2, [](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    for (int round = 0; round < 20; ++round) {
+      int32_t got = -1, token = 100 + round;
+      if (me == 0) {
+        std::thread waiter([&] { c->recv(&got, 1, DataType::kInt32, 1, 1)->wait(); });
+        std::vector<int64_t> v(1000, 1);
+        for (int i = 0; i < 10; ++i) {
+          c->allreduce(v.data(), v.data(), v.size(), DataType::kInt64, ReduceOp::kSum)->wait();
+        }
+        SHOAL_CHECK(v[999] == 1024);
+        c->send(&token, 1, DataType::kInt32, 1, 2)->wait();
+        waiter.join();
+        SHOAL_CHECK(got == 200 + round);
+      } else {
+        std::vector<int64_t> v(1000, 1);
+        for (int i = 0; i < 10; ++i) {
+          c->allreduce(v.data(), v.data(), v.size(), DataType::kInt64, ReduceOp::kSum)->wait();
+        }
+        c->recv(&got, 1, DataType::kInt32, 0, 2)->wait();
+        SHOAL_CHECK(got == token);
+        int32_t reply = 200 + round;
+        c->send(&reply, 1, DataType::kInt32, 0, 1)->wait();
+      }
+    }
+  });
   EXPECT_EQ(test::failures(res), "");
 }
 

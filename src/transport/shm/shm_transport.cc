@@ -28,7 +28,7 @@ namespace {
 constexpr int kMaxEvents = 64;
 // Polls between two looks at the sockets (accepts, doorbells, deaths) while
 // spinning on the rings.
-constexpr unsigned kEventEvery = 32;
+constexpr unsigned kEventEvery = 128;
 
 std::string errno_text(int e) { return std::string(strerror(e)); }
 
