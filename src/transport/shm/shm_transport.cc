@@ -273,7 +273,9 @@ void ShmTransport::connect_to(Channel& c) {
   if (!mfd) lost("memfd_create: " + errno_text(errno));
   size_t bytes = segment_bytes(opts_.ring_bytes);
   if (ftruncate(mfd.get(), static_cast<off_t>(bytes)) != 0) lost("ftruncate: " + errno_text(errno));
-  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd.get(), 0);
+  // Populated: otherwise every first pass of a ring over a page costs both
+  // sides a page fault (several microseconds on a VM, per 4 KiB of messages).
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mfd.get(), 0);
   if (m == MAP_FAILED) lost("mmap: " + errno_text(errno));
   c.map = m;
   c.map_bytes = bytes;
@@ -416,7 +418,7 @@ bool ShmTransport::read_hello(Channel& c) {
   if (fstat(mfd.get(), &st) != 0 || static_cast<size_t>(st.st_size) != bytes || h.seg_bytes != bytes) {
     return reject("segment of the wrong size");
   }
-  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd.get(), 0);
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mfd.get(), 0);
   if (m == MAP_FAILED) return reject("mmap: " + errno_text(errno));
   auto* hdr = static_cast<Header*>(m);
   if (hdr->magic != kSegMagic || hdr->job != opts_.job || hdr->ring_bytes != opts_.ring_bytes) {
