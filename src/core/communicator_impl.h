@@ -24,10 +24,6 @@
 
 namespace shoal {
 
-namespace transport::shm {
-class ShmTransport;
-}
-
 // One queued operation. Owns copies of every vector argument.
 struct Op {
   coll::Coll coll = coll::Coll::kAllreduce;
@@ -111,9 +107,6 @@ class CommunicatorImpl {
   coll::Scratch scratch_;                                   // GUARDED_BY(driver_->mu)
   std::unique_ptr<transport::HybridTransport> transport_;  // shm for this host, TCP beyond
   transport::tcp::TcpTransport* tcp_ = nullptr;            // owned by transport_
-  transport::shm::ShmTransport* shm_ = nullptr;            // owned by transport_; null without shm
-  bool shm_auto_ = false;        // SHOAL_SHM=1: choose ring or single copy from the topology
-  bool oversubscribed_ = false;  // more ranks on this machine than cores
   std::string host_id_;                                    // net::host_identity()
   transport::Clock::time_point next_liveness_probe_{};    // GUARDED_BY(driver_->mu)
   std::vector<std::string> processes_;  // peers' proc::self_token(), "-" if none (guarded by mu_)

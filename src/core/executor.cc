@@ -24,9 +24,6 @@ using transport::Clock;
 namespace {
 
 constexpr auto kDeferHandoff = std::chrono::microseconds(200);
-// SHOAL_SHM=1 with ranks outnumbering cores, and SHOAL_SHM=cma: messages of
-// this size and more go single-copy (bench/results/shm-path).
-constexpr size_t kSingleCopyBytes = 64 << 10;
 
 bool is_reducing(Coll c) {
   return c == Coll::kAllreduce || c == Coll::kReduce || c == Coll::kReduceScatter ||
@@ -108,15 +105,12 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   if (spin < 0) {
     spin = static_cast<int>(env::get_int("SHOAL_SPIN_US").value_or(-1));
   }
-  {
-    // A first guess at whether ranks outnumber cores here; topology() knows.
+  if (spin < 0) {
     int64_t local = size_;
     if (const char* l = std::getenv("LOCAL_WORLD_SIZE")) local = std::atoll(l);
-    oversubscribed_ = local > sysconf(_SC_NPROCESSORS_ONLN);
-  }
-  if (spin < 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     spin = 200;
-    spin_yield_ = oversubscribed_;
+    spin_yield_ = local > cores;
   }
   spin_auto_ = opts_.spin_us < 0 && !env::get_int("SHOAL_SPIN_US");
   spin_us_ = spin;
@@ -173,10 +167,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   // Ranks on this host (same host identity at the rendezvous) use shared memory.
   std::unique_ptr<transport::Transport> shm;
   std::string shm_mode = env::get("SHOAL_SHM").value_or("1");
-  if (shm_mode != "0" && shm_mode != "1" && shm_mode != "copy" && shm_mode != "cma") {
-    throw InvalidArgument("SHOAL_SHM: '" + shm_mode + "' is not one of 1, copy, cma, 0");
+  if (shm_mode != "0" && shm_mode != "1" && shm_mode != "copy") {
+    throw InvalidArgument("SHOAL_SHM: '" + shm_mode + "' is not one of 1, copy, 0");
   }
-  shm_auto_ = shm_mode == "1";
   host_id_ = env::get("SHOAL_HOST_ID").value_or(net::host_identity());
   if (shm_mode != "0" && size_ > 1) {
     transport::shm::ShmOptions so;
@@ -184,16 +177,13 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     so.size = size_;
     so.job = job;
     so.secret = secret;
-    so.cma_bytes = shm_mode == "copy" ? 0 : kSingleCopyBytes;
+    so.cma_bytes = shm_mode == "copy" ? 0 : so.cma_bytes;
     so.peer_name = [this](int peer) { return lookup(peer).hostname; };
     so.is_local = [this](int peer) { return transport_->is_local(peer); };
     so.on_break = [this](std::exception_ptr e) { on_break(e); };
     so.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
     so.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
-    auto s = std::make_unique<transport::shm::ShmTransport>(std::move(so));
-    shm_ = s.get();
-    if (shm_auto_) shm_->set_single_copy_from(oversubscribed_ ? kSingleCopyBytes : 0);
-    shm = std::move(s);
+    shm = std::make_unique<transport::shm::ShmTransport>(std::move(so));
   }
   transport::HybridOptions ho;
   ho.is_local = [this](int peer) { return lookup(peer).host_id == host_id_; };
@@ -242,16 +232,14 @@ const coll::Topology& CommunicatorImpl::topology() {
   std::vector<std::string> ids(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) ids[static_cast<size_t>(r)] = r == rank_ ? host_id_ : lookup(r).host_id;
   topo_ = coll::patterns::make_topology(ids);
-  // Whether every rank of this machine has a core. Ranks in other network
-  // namespaces of the same kernel count too (same boot id).
-  std::string boot = net::boot_id();
-  int here = 0;
-  for (const auto& id : ids) here += boot.empty() ? id == host_id_ : id.find(boot) != std::string::npos;
-  oversubscribed_ = here > sysconf(_SC_NPROCESSORS_ONLN);
-  if (spin_auto_) spin_yield_ = oversubscribed_;  // spinning pays only with a core of one's own
-  // Shared memory: the ring while the sender runs beside the receiver, single
-  // copy (the receiver pulls alone) when ranks must take turns on cores.
-  if (shm_ && shm_auto_) shm_->set_single_copy_from(oversubscribed_ ? kSingleCopyBytes : 0);
+  if (spin_auto_) {
+    // Spinning pays only while every rank of this machine has a core. Ranks in
+    // other network namespaces of the same kernel count too (same boot id).
+    std::string boot = net::boot_id();
+    int here = 0;
+    for (const auto& id : ids) here += boot.empty() ? id == host_id_ : id.find(boot) != std::string::npos;
+    spin_yield_ = here > sysconf(_SC_NPROCESSORS_ONLN);
+  }
   return topo_;
 }
 

@@ -662,7 +662,7 @@ bool ShmTransport::try_write(Channel& c) {
       f.seq = r->tag.seq;
       f.length = r->len;
       f.fp = r->fp;
-      bool rts = send_cma_bytes_ > 0 && r->len >= send_cma_bytes_ &&
+      bool rts = opts_.cma_bytes > 0 && r->len >= opts_.cma_bytes &&
                  c.seg.hdr()->side[c.seg.other()].can_read_peer.load(std::memory_order_acquire);
       if (rts) {
         f.kind = static_cast<uint8_t>(FrameKind::kRts);

@@ -7,14 +7,11 @@
 // seen at once) and a shared segment of two byte rings (shm_segment.h).
 // Connections are lazy; the lower rank connects and creates the segment.
 //
-// Data path: messages below the single-copy size (and all of them where the
-// kernel forbids cross-memory attach) stream through the ring: two copies,
+// Data path: messages below `cma_bytes` (and all of them where the kernel
+// forbids cross-memory attach) stream through the ring: two copies,
 // pipelined, spin-then-block. Larger ones are single-copy: the sender posts
 // its buffer's address, the receiver reads it straight into the destination
-// with process_vm_readv and acknowledges, which completes the send. The ring
-// is faster while both ranks have a core to run on (the copies overlap, in
-// cache); single copy wins when ranks outnumber cores, because the receiver
-// then moves the data without the sender running (bench/results/shm-path).
+// with process_vm_readv and acknowledges, which completes the send.
 //
 // Failure: like the TCP transport, the first cause is kept, `on_break` is
 // called with it, and every socket is shut so that peers fail too.
@@ -41,7 +38,7 @@ struct ShmOptions {
   uint64_t job = 0;             // the communicator's unique id
   auth::Secret secret;          // the job's secret: each channel proves it both ways
   size_t ring_bytes = 1 << 20;  // per direction; rounded up to a power of two
-  size_t cma_bytes = 64 << 10;  // single-copy from this size (0: never, not even later)
+  size_t cma_bytes = 64 << 10;  // single-copy from this size (0: never)
   // The peer's name for messages ("host"); may block.
   std::function<std::string(int peer)> peer_name;
   // Whether `peer` is on this host (any-source receives connect to the
@@ -69,11 +66,6 @@ class ShmTransport final : public Transport {
   void poll_wait(Clock::time_point until) override;
   void wake() override;
   void set_spin_us(int us) override { spin_us_ = us; }
-  // Sends messages of `bytes` and more single-copy from now on (0: none).
-  // No effect when the options ruled single copy out.
-  void set_single_copy_from(size_t bytes) {
-    if (opts_.cma_bytes) send_cma_bytes_ = bytes;
-  }
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
@@ -124,7 +116,6 @@ class ShmTransport final : public Transport {
   FirstCause broken_;
   bool closed_ = false;
   int spin_us_ = 0;
-  size_t send_cma_bytes_ = opts_.cma_bytes;  // a send of this size or more goes single-copy (0: none)
   unsigned poll_count_ = 0;
   bool events_due_ = false;  // arm() was called: look at the sockets next poll
 };
