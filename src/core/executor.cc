@@ -380,11 +380,12 @@ WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
   }
   if (drive.owns_lock()) {
     drain(true);  // runs the queue, which starts with this operation
-    return w;
+    drive.unlock();
+  } else {
+    cv_.notify_one();
+    transport_->wake();
   }
-  cv_.notify_one();
-  transport_->wake();
-  if (blocking) {
+  if (blocking) {  // done already when it ran here (unless the communicator is stopping)
     try {
       w->wait();
     } catch (...) {  // the Work keeps the error for the caller's wait()
