@@ -121,7 +121,7 @@ using WorkPtr = std::shared_ptr<Work>;
 
 class CommunicatorImpl;
 
-class Communicator {
+class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   // Joins the communicator of `size` ranks rendezvousing through `store`.
   // Collective over all ranks only in that every rank must create it; it does
@@ -131,6 +131,29 @@ class Communicator {
   // From RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: rank 0 hosts a TcpStore
   // at MASTER_ADDR:MASTER_PORT, the others connect to it.
   static std::shared_ptr<Communicator> from_env(Options opts = {});
+
+  // A communicator of this one's ranks `ranks` (rank i of the new one is
+  // ranks[i]), called by those ranks only, with the same list. It reuses
+  // this communicator's connections (and shared memory) instead of making
+  // its own: no new sockets, no new rendezvous of addresses. `store` is the
+  // group's own (e.g. a PrefixStore unique to it; or give each group sharing
+  // a store its own Options::name): it holds the group's few keys (its
+  // context id and member list; the stall inspector's records).
+  // Blocks until the group's rank 0 has split (it draws the group's id).
+  //
+  // The price of sharing: the operations of a communicator and of the
+  // groups split from it run one at a time, in the order each rank issued
+  // them, so collectives on them must be issued in the same relative order
+  // on every rank that takes part in both (as NCCL asks of communicators
+  // that share resources). A rank that sees another order fails with a
+  // Mismatch naming both collectives rather than hanging. Failures are
+  // shared too: a lost peer or a timeout breaks the parent and every group
+  // split from it; abort() on a group breaks only the group unless one of
+  // its operations is in the transport at the time. Error messages name
+  // ranks as the root communicator numbers them. The group keeps its
+  // parent alive.
+  std::shared_ptr<Communicator> split(const std::vector<int>& ranks, std::shared_ptr<Store> store,
+                                      Options opts = {});
 
   // Stops the executor. Operations still queued or running fail with Aborted.
   // Does not wait for peers.

@@ -103,6 +103,35 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
+std::shared_ptr<Communicator> Communicator::split(const std::vector<int>& ranks, std::shared_ptr<Store> store,
+                                                  Options opts) {
+  const std::string who = impl_->label() + ": split: ";
+  if (!store) throw InvalidArgument(who + "store: null");
+  if (ranks.empty()) throw InvalidArgument(who + "ranks: empty");
+  std::vector<bool> seen(static_cast<size_t>(size()), false);
+  int me = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    int r = ranks[i];
+    if (r < 0 || r >= size()) {
+      throw InvalidArgument(who + "ranks: " + std::to_string(r) + " is out of range for size " + std::to_string(size()));
+    }
+    if (seen[static_cast<size_t>(r)]) throw InvalidArgument(who + "ranks: " + std::to_string(r) + " appears twice");
+    seen[static_cast<size_t>(r)] = true;
+    if (r == rank()) me = static_cast<int>(i);
+  }
+  if (me < 0) throw InvalidArgument(who + "ranks: this rank (" + std::to_string(rank()) + ") is not among them");
+  if (auto t = env::get_int("SHOAL_TIMEOUT_S"); t && opts.timeout == std::chrono::minutes(30)) {
+    if (*t <= 0) throw InvalidArgument("SHOAL_TIMEOUT_S: must be > 0");
+    opts.timeout = std::chrono::seconds(*t);
+  }
+  if (opts.timeout.count() <= 0) throw InvalidArgument(who + "timeout: must be > 0");
+  if (opts.name.empty()) opts.name = "group";  // `store` is the group's own
+  auto scoped = std::make_shared<PrefixStore>("shoal/" + opts.name, store);
+  auto impl = std::make_unique<CommunicatorImpl>(shared_from_this(), *impl_, std::move(scoped), me, ranks,
+                                                 std::move(opts));
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
 std::shared_ptr<Communicator> Communicator::from_env(Options opts) {
   int rank = env_int("RANK", true, 0);
   int size = env_int("WORLD_SIZE", true, 1);

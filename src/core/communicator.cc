@@ -17,10 +17,10 @@ namespace {
 
 class Checker {
  public:
-  Checker(int rank, Coll c) : rank_(rank), coll_(c) {}
+  Checker(const std::string& who, Coll c) : who_(who), coll_(c) {}
 
   [[noreturn]] void fail(const std::string& arg, const std::string& what) const {
-    throw InvalidArgument("shoal rank " + std::to_string(rank_) + ": " +
+    throw InvalidArgument(who_ + ": " +
                           std::string(coll::coll_name(coll_)) + ": " + arg + ": " + what);
   }
   void buffer(const char* arg, const void* p, size_t count) const {
@@ -97,7 +97,7 @@ class Checker {
 
  private:
   static constexpr size_t kMaxBytes = static_cast<size_t>(PTRDIFF_MAX);
-  int rank_;
+  std::string who_;
   Coll coll_;
 };
 
@@ -153,7 +153,7 @@ static WorkPtr submit(CommunicatorImpl& impl, std::unique_ptr<Op> op) {
     if (!op->opts.algorithm.empty()) {
       op->algo = coll::find_algorithm(op->coll, op->opts.algorithm);
       if (!op->algo) {
-        Checker(impl.rank_, op->coll).fail("algorithm", "unknown algorithm '" + op->opts.algorithm + "'");
+        Checker(impl.label(), op->coll).fail("algorithm", "unknown algorithm '" + op->opts.algorithm + "'");
       }
     }  // otherwise chosen when it runs, from the size and the topology
   }
@@ -162,7 +162,7 @@ static WorkPtr submit(CommunicatorImpl& impl, std::unique_ptr<Op> op) {
 
 WorkPtr Communicator::allreduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op,
                                 const OpOptions& o) {
-  Checker ck(rank(), Coll::kAllreduce);
+  Checker ck(impl_->label(), Coll::kAllreduce);
   ck.dtype(dt);
   ck.count("count", count, 1, dt);
   ck.reduce_op(dt, op, o.scale);
@@ -176,7 +176,7 @@ WorkPtr Communicator::allreduce(const void* send, void* recv, size_t count, Data
 }
 
 WorkPtr Communicator::broadcast(void* buf, size_t count, DataType dt, int root, const OpOptions& o) {
-  Checker ck(rank(), Coll::kBroadcast);
+  Checker ck(impl_->label(), Coll::kBroadcast);
   ck.dtype(dt);
   ck.count("count", count, 1, dt);
   ck.root(root, size());
@@ -189,7 +189,7 @@ WorkPtr Communicator::broadcast(void* buf, size_t count, DataType dt, int root, 
 
 WorkPtr Communicator::reduce(const void* send, void* recv, size_t count, DataType dt, ReduceOp op,
                              int root, const OpOptions& o) {
-  Checker ck(rank(), Coll::kReduce);
+  Checker ck(impl_->label(), Coll::kReduce);
   ck.dtype(dt);
   ck.count("count", count, 1, dt);
   ck.reduce_op(dt, op, o.scale);
@@ -208,7 +208,7 @@ WorkPtr Communicator::reduce(const void* send, void* recv, size_t count, DataTyp
 
 WorkPtr Communicator::allgather(const void* send, void* recv, size_t count, DataType dt,
                                 const OpOptions& o) {
-  Checker ck(rank(), Coll::kAllgather);
+  Checker ck(impl_->label(), Coll::kAllgather);
   ck.dtype(dt);
   ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.buffer("send", send, count);
@@ -224,7 +224,7 @@ WorkPtr Communicator::allgather(const void* send, void* recv, size_t count, Data
 
 WorkPtr Communicator::allgatherv(const void* send, void* recv, std::vector<size_t> recv_counts,
                                  std::vector<size_t> displs, DataType dt, const OpOptions& o) {
-  Checker ck(rank(), Coll::kAllgatherv);
+  Checker ck(impl_->label(), Coll::kAllgatherv);
   ck.dtype(dt);
   ck.vec("recv_counts", recv_counts, size());
   ck.counts("recv_counts", recv_counts, dt);
@@ -247,7 +247,7 @@ WorkPtr Communicator::allgatherv(const void* send, void* recv, std::vector<size_
 
 WorkPtr Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dt,
                                      ReduceOp op, const OpOptions& o) {
-  Checker ck(rank(), Coll::kReduceScatter);
+  Checker ck(impl_->label(), Coll::kReduceScatter);
   ck.dtype(dt);
   ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.reduce_op(dt, op, o.scale);
@@ -266,7 +266,7 @@ WorkPtr Communicator::reduce_scatter(const void* send, void* recv, size_t count,
 
 WorkPtr Communicator::reduce_scatterv(const void* send, void* recv, std::vector<size_t> recv_counts,
                                       DataType dt, ReduceOp op, const OpOptions& o) {
-  Checker ck(rank(), Coll::kReduceScatterv);
+  Checker ck(impl_->label(), Coll::kReduceScatterv);
   ck.dtype(dt);
   ck.reduce_op(dt, op, o.scale);
   ck.vec("recv_counts", recv_counts, size());
@@ -290,7 +290,7 @@ WorkPtr Communicator::reduce_scatterv(const void* send, void* recv, std::vector<
 
 WorkPtr Communicator::alltoall(const void* send, void* recv, size_t count, DataType dt,
                                const OpOptions& o) {
-  Checker ck(rank(), Coll::kAlltoall);
+  Checker ck(impl_->label(), Coll::kAlltoall);
   ck.dtype(dt);
   ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.buffer("send", send, count * size());
@@ -306,7 +306,7 @@ WorkPtr Communicator::alltoallv(const void* send, std::vector<size_t> send_count
                                 std::vector<size_t> send_displs, void* recv,
                                 std::vector<size_t> recv_counts, std::vector<size_t> recv_displs,
                                 DataType dt, const OpOptions& o) {
-  Checker ck(rank(), Coll::kAlltoallv);
+  Checker ck(impl_->label(), Coll::kAlltoallv);
   ck.dtype(dt);
   ck.vec("send_counts", send_counts, size());
   ck.vec("recv_counts", recv_counts, size());
@@ -336,7 +336,7 @@ WorkPtr Communicator::alltoallv(const void* send, std::vector<size_t> send_count
 
 WorkPtr Communicator::gather(const void* send, void* recv, size_t count, DataType dt, int root,
                              const OpOptions& o) {
-  Checker ck(rank(), Coll::kGather);
+  Checker ck(impl_->label(), Coll::kGather);
   ck.dtype(dt);
   ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.root(root, size());
@@ -356,7 +356,7 @@ WorkPtr Communicator::gather(const void* send, void* recv, size_t count, DataTyp
 
 WorkPtr Communicator::scatter(const void* send, void* recv, size_t count, DataType dt, int root,
                               const OpOptions& o) {
-  Checker ck(rank(), Coll::kScatter);
+  Checker ck(impl_->label(), Coll::kScatter);
   ck.dtype(dt);
   ck.count("count", count, static_cast<size_t>(size()), dt);
   ck.root(root, size());
@@ -381,7 +381,7 @@ WorkPtr Communicator::barrier(const OpOptions& o) {
 
 WorkPtr Communicator::send(const void* buf, size_t count, DataType dt, int peer, int64_t tag,
                            const OpOptions& o) {
-  Checker ck(rank(), Coll::kSend);
+  Checker ck(impl_->label(), Coll::kSend);
   ck.dtype(dt);
   ck.count("count", count, 1, dt);
   ck.buffer("buf", buf, count);
@@ -398,7 +398,7 @@ WorkPtr Communicator::send(const void* buf, size_t count, DataType dt, int peer,
 
 WorkPtr Communicator::recv(void* buf, size_t count, DataType dt, int peer, int64_t tag,
                            const OpOptions& o) {
-  Checker ck(rank(), Coll::kRecv);
+  Checker ck(impl_->label(), Coll::kRecv);
   ck.dtype(dt);
   ck.count("count", count, 1, dt);
   ck.buffer("buf", buf, count);

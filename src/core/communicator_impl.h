@@ -1,7 +1,7 @@
 // core/communicator_impl.h — the state behind a Communicator (internal).
 //
 // Threads: the caller threads validate and enqueue operations (under mu_);
-// whoever holds driver_->mu (the executor thread, or a caller waiting for its
+// whoever holds the drive lock (the executor thread, or a caller waiting for its
 // own operation while the executor is idle) runs them one at a time in queue
 // order; only that thread touches the transport (except abort()/wake()).
 #pragma once
@@ -16,9 +16,11 @@
 
 #include "collectives/coll.h"
 #include "collectives/registry.h"
+#include "core/family.h"
 #include "core/observer.h"
 #include "core/roll_call.h"
 #include "shoal/communicator.h"
+#include "transport/context_transport.h"
 #include "transport/hybrid_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -34,6 +36,7 @@ struct Op {
   const coll::Algorithm* algo = nullptr;
   WorkPtr work;
   uint64_t seq = 0;
+  uint64_t ticket = 0;  // its place in the family's order (core/family.h)
   // Point-to-point.
   int peer = 0;
   int64_t tag = 0;
@@ -47,10 +50,14 @@ class CommunicatorImpl;
 // The right to drive the transport. Held by the executor thread while it
 // runs operations, or by a caller thread that runs queued operations itself
 // from Work::wait(). Outlives the communicator (works keep it), so `impl` is
-// cleared under `mu` when the communicator goes away.
+// cleared under the lock when the communicator goes away. Communicators
+// that share a transport (a parent and the groups split from it) share the
+// family, and with it the lock: their operations run one at a time, in the
+// order they were issued.
 struct Driver {
-  std::mutex mu;
-  CommunicatorImpl* impl = nullptr;  // GUARDED_BY(mu)
+  std::shared_ptr<core::Family> family = std::make_shared<core::Family>();
+  CommunicatorImpl* impl = nullptr;  // GUARDED_BY(family->drive)
+  core::DriveLock& lock() { return family->drive; }
   // Called from Work::wait() for `waiting`: runs what is queued if nobody
   // drives now, and drives a send or receive in flight for a while.
   bool help(const Work& waiting);
@@ -59,14 +66,21 @@ struct Driver {
 class CommunicatorImpl {
  public:
   CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts);
+  // A group of `parent`'s ranks `members` (parent numbering; this rank is
+  // members[rank]) that shares the parent's transport (Communicator::split).
+  // `keep` holds the parent alive as long as the group.
+  CommunicatorImpl(std::shared_ptr<Communicator> keep, CommunicatorImpl& parent, std::shared_ptr<Store> store,
+                   int rank, const std::vector<int>& members, Options opts);
   ~CommunicatorImpl();
 
   WorkPtr enqueue(std::unique_ptr<Op> op);
   void abort(const std::string& reason);
   std::exception_ptr error() const;
 
-  // "shoal rank R: allreduce seq S: "
+  // "shoal rank R: allreduce seq S: " ("shoal rank R (group G rank r): ..."
+  // for a group split from a parent, R counting the root's ranks).
   std::string prefix(const Op& op) const;
+  const std::string& label() const { return label_; }
   std::string describe(const transport::Fingerprint& fp) const;
 
   const int rank_;
@@ -76,8 +90,10 @@ class CommunicatorImpl {
 
  private:
   friend struct Driver;
+  void init_common();
+  void start();
   void run();
-  // Runs every queued operation (caller holds driver_->mu). Returns true if
+  // Runs every queued operation (caller holds the drive lock). Returns true if
   // it ran or completed anything. A caller that waits for `waiting` (a send
   // or receive in flight) drives the transport for up to spin_us_ before
   // handing the sends and receives in flight to the executor thread.
@@ -101,17 +117,25 @@ class CommunicatorImpl {
   const coll::Topology& topology();
   core::ObserverConfig observer_config(uint64_t id, const std::string& shm_mode);  // core/observer.cc
 
+  // A group split from a parent keeps it alive (declared first: released last).
+  std::shared_ptr<Communicator> parent_;
+  CommunicatorImpl* root_ = this;  // the communicator that owns the transport
+  std::string label_;              // "shoal rank R" (see prefix())
+  uint64_t uid_ = 0;               // the communicator's id (flight recorder, connections)
   std::shared_ptr<Store> store_;  // prefixed with this communicator's name
   coll::Tuning tuning_;
-  coll::Topology topo_;  // GUARDED_BY(driver_->mu); empty until first needed
-  coll::Scratch scratch_;                                   // GUARDED_BY(driver_->mu)
-  std::unique_ptr<transport::HybridTransport> transport_;  // shm for this host, TCP beyond
-  transport::tcp::TcpTransport* tcp_ = nullptr;            // owned by transport_
+  coll::Topology topo_;  // GUARDED_BY(driver_->lock()); empty until first needed
+  coll::Scratch scratch_;                                   // GUARDED_BY(driver_->lock())
+  std::shared_ptr<transport::HybridTransport> hybrid_;     // shm for this host, TCP beyond; shared with groups
+  std::unique_ptr<transport::ContextTransport> transport_; // this communicator's view of hybrid_
+  transport::tcp::TcpTransport* tcp_ = nullptr;            // owned by hybrid_ (root only)
   std::string host_id_;                                    // net::host_identity()
-  transport::Clock::time_point next_liveness_probe_{};    // GUARDED_BY(driver_->mu)
+  transport::Clock::time_point next_liveness_probe_{};    // GUARDED_BY(driver_->lock())
   std::vector<std::string> processes_;  // peers' proc::self_token(), "-" if none (guarded by mu_)
-  std::vector<std::unique_ptr<Op>> inflight_p2p_;          // GUARDED_BY(driver_->mu)
+  std::vector<std::unique_ptr<Op>> inflight_p2p_;          // GUARDED_BY(driver_->lock())
   std::shared_ptr<Driver> driver_ = std::make_shared<Driver>();
+  core::Family::Member member_;  // this communicator's queue in the family
+  bool turn_blocked_ = false;    // GUARDED_BY(driver_->lock()): drain() stopped for another member's turn
   std::atomic<bool> has_inflight_{false};
 
   mutable std::mutex mu_;

@@ -68,7 +68,7 @@ uint64_t fingerprint_count(const Op& op) {
 
 std::string CommunicatorImpl::prefix(const Op& op) const {
   std::ostringstream o;
-  o << "shoal rank " << rank_ << ": " << coll::coll_name(op.coll);
+  o << label_ << ": " << coll::coll_name(op.coll);
   if (op.seq) o << " seq " << op.seq;
   o << ": ";
   return o.str();
@@ -87,8 +87,7 @@ std::string CommunicatorImpl::describe(const transport::Fingerprint& fp) const {
   return o.str();
 }
 
-CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts)
-    : rank_(rank), size_(size), opts_(std::move(opts)), store_(std::move(store)) {
+void CommunicatorImpl::init_common() {
   std::string spec = env::get("SHOAL_ALGO").value_or("");
   if (!opts_.algorithms.empty()) spec += (spec.empty() ? "" : ",") + opts_.algorithms;
   overrides_ = coll::Overrides::parse(spec);
@@ -98,9 +97,6 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                                                         .value_or(static_cast<int64_t>(coll::Tuning{}.segment_bytes)));
   if (tuning_.segment_bytes == 0) throw InvalidArgument("SHOAL_SEGMENT_BYTES: must be > 0");
 
-  transport::tcp::TcpOptions t;
-  t.rank = rank_;
-  t.size = size_;
   int spin = opts_.spin_us;
   if (spin < 0) {
     spin = static_cast<int>(env::get_int("SHOAL_SPIN_US").value_or(-1));
@@ -114,6 +110,15 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   }
   spin_auto_ = opts_.spin_us < 0 && !env::get_int("SHOAL_SPIN_US");
   spin_us_ = spin;
+}
+
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts)
+    : rank_(rank), size_(size), opts_(std::move(opts)), store_(std::move(store)) {
+  init_common();
+  label_ = "shoal rank " + std::to_string(rank_);
+  transport::tcp::TcpOptions t;
+  t.rank = rank_;
+  t.size = size_;
   t.socket_buffer = static_cast<int>(env::get_int("SHOAL_SOCKET_BUFFER").value_or(4 << 20));
   t.connect_timeout = opts_.timeout;
   t.lookup = [this](int peer) { return lookup(peer); };
@@ -179,7 +184,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     so.secret = secret;
     so.cma_bytes = shm_mode == "copy" ? 0 : so.cma_bytes;
     so.peer_name = [this](int peer) { return lookup(peer).hostname; };
-    so.is_local = [this](int peer) { return transport_->is_local(peer); };
+    so.is_local = [this](int peer) { return hybrid_->is_local(peer); };
     so.on_break = [this](std::exception_ptr e) { on_break(e); };
     so.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
     so.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
@@ -190,19 +195,75 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   ho.check_abort = check_abort;
   ho.peer_gone = [this](int peer) { return peer_gone(peer); };
   ho.timed_out = [this](const std::string& waiting) { return timed_out(waiting); };
-  transport_ = std::make_unique<transport::HybridTransport>(std::move(tcp), std::move(shm), std::move(ho));
+  hybrid_ = std::make_shared<transport::HybridTransport>(std::move(tcp), std::move(shm), std::move(ho));
+  std::vector<int> everyone(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) everyone[static_cast<size_t>(r)] = r;
+  transport_ = std::make_unique<transport::ContextTransport>(hybrid_, 0, std::move(everyone), rank_);
+  uid_ = job;
   if (size_ > 1) {
     store_->set_str("addr/" + std::to_string(rank_), host + " " + std::to_string(tcp_->listen_port()) +
                                                          " " + net::hostname() + " " + host_id_ + " " +
                                                          proc::self_token());
   }
   observer_ = std::make_unique<core::Observer>(observer_config(job, shm_mode));
+  driver_->lock().set_wake([h = std::weak_ptr<transport::HybridTransport>(hybrid_)] {
+    if (auto t = h.lock()) t->wake();
+  });
+  start();
+}
+
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Communicator> keep, CommunicatorImpl& parent,
+                                   std::shared_ptr<Store> store, int rank, const std::vector<int>& members,
+                                   Options opts)
+    : rank_(rank), size_(static_cast<int>(members.size())), opts_(std::move(opts)), parent_(std::move(keep)),
+      root_(parent.root_), store_(std::move(store)) {
+  init_common();
+  spin_us_ = parent.spin_us_;
+  spin_yield_ = parent.spin_yield_;
+  spin_auto_ = parent.spin_auto_;
+  // The context id tells this group's messages apart on the shared
+  // connections: the group's rank 0 draws it from the root's counter and
+  // tells the others, with the member list they must agree on.
+  std::ostringstream m;
+  for (size_t i = 0; i < members.size(); ++i) m << (i ? "," : "") << members[i];
+  uint64_t ctx;
+  if (rank_ == 0) {
+    ctx = static_cast<uint64_t>(root_->store_->add("group/last_ctx", 1));
+    store_->set_str("ctx", std::to_string(ctx) + " " + m.str());
+  } else {
+    std::istringstream in(store_->get_str("ctx"));
+    std::string theirs;
+    in >> ctx >> theirs;
+    if (theirs != m.str()) {
+      throw InvalidArgument(parent.label_ + ": split: ranks: this rank has [" +
+                            m.str() + "], the group's rank 0 has [" + theirs +
+                            "]; every member must pass the same list");
+    }
+  }
+  if (ctx == 0 || ctx > UINT32_MAX) throw InternalError("split: context id out of range");
+  std::vector<int> wire(members.size());
+  for (size_t i = 0; i < members.size(); ++i) wire[i] = parent.transport_->to_wire(members[i]);
+  hybrid_ = parent.hybrid_;
+  transport_ = std::make_unique<transport::ContextTransport>(hybrid_, static_cast<uint32_t>(ctx), std::move(wire),
+                                                             rank_);
+  host_id_ = parent.host_id_;
+  uid_ = root_->uid_ + ctx;
+  label_ = "shoal rank " + std::to_string(root_->rank_) + " (group " + std::to_string(ctx) + " rank " +
+           std::to_string(rank_) + ")";
+  driver_->family = parent.driver_->family;
+  roll_call_ = std::make_unique<core::RollCall>(store_, rank_, size_);
+  observer_ = std::make_unique<core::Observer>(observer_config(uid_, env::get("SHOAL_SHM").value_or("1")));
+  start();
+}
+
+void CommunicatorImpl::start() {
   driver_->impl = this;
+  driver_->family->join(&member_);
   executor_ = std::thread([this] { run(); });
 }
 
 bool Driver::help(const Work& waiting) {
-  std::unique_lock<std::mutex> d(mu, std::try_to_lock);
+  std::unique_lock<core::DriveLock> d(lock(), std::try_to_lock);
   if (!d.owns_lock() || !impl) return false;
   return impl->drain(true, &waiting);
 }
@@ -212,17 +273,20 @@ CommunicatorImpl::~CommunicatorImpl() {
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
-    pending = busy_.load() || !queue_.empty() || has_inflight_.load();
+    // A group shares its parent's transport: break it only to stop what runs.
+    pending = busy_.load() || has_inflight_.load() || (root_ == this && !queue_.empty());
   }
+  driver_->family->stop(&member_);
   if (pending) {
     transport_->abort(std::make_exception_ptr(
-        Aborted("shoal rank " + std::to_string(rank_) + ": communicator destroyed")));
+        Aborted(label_ + ": communicator destroyed")));
   }
   cv_.notify_all();
   transport_->wake();
   if (executor_.joinable()) executor_.join();
-  std::lock_guard<std::mutex> d(driver_->mu);  // waits for a caller still driving
+  std::lock_guard<core::DriveLock> d(driver_->lock());  // waits for a caller still driving
   driver_->impl = nullptr;
+  driver_->family->leave(&member_);
 }
 
 // Which ranks share a host, from the addresses every rank published (read
@@ -244,6 +308,7 @@ const coll::Topology& CommunicatorImpl::topology() {
 }
 
 transport::tcp::PeerAddress CommunicatorImpl::lookup(int peer) {
+  if (root_ != this) return root_->lookup(transport_->to_wire(peer));
   std::string v = store_->get_str("addr/" + std::to_string(peer));
   std::istringstream in(v);
   transport::tcp::PeerAddress a;
@@ -278,6 +343,8 @@ std::exception_ptr CommunicatorImpl::peer_gone(int peer) {
 // ranks the job waits for (roll_call.h), not just the peer this rank waited
 // for, which may itself be waiting for them.
 std::exception_ptr CommunicatorImpl::timed_out(const std::string& waiting) {
+  // A group's waits are the shared transport's: the root's ranks answer its roll.
+  if (root_ != this) return root_->timed_out(waiting);
   // A rank that failed first has said why; ranks that left after it would
   // not answer the roll either.
   if (auto first = abort_record()) return first;
@@ -297,6 +364,7 @@ std::exception_ptr CommunicatorImpl::timed_out(const std::string& waiting) {
 
 // Another rank's published cause (see on_break), or null.
 std::exception_ptr CommunicatorImpl::abort_record() {
+  if (root_ != this) return root_->abort_record();
   try {
     if (store_->check({"abort"})) {
       auto rec = core::AbortRecord::decode(store_->get_str("abort"));
@@ -323,7 +391,7 @@ void CommunicatorImpl::on_break(std::exception_ptr cause) {
 }
 
 std::exception_ptr CommunicatorImpl::on_lost(int peer, const std::string& detail) {
-  std::string who = transport_ ? transport_->describe_peer(peer) : "rank " + std::to_string(peer);
+  std::string who = hybrid_ ? hybrid_->describe_peer(peer) : "rank " + std::to_string(peer);
   try {
     if (store_->check({"abort"})) {
       auto rec = core::AbortRecord::decode(store_->get_str("abort"));
@@ -343,18 +411,26 @@ std::exception_ptr CommunicatorImpl::on_lost(int peer, const std::string& detail
 }
 
 std::exception_ptr CommunicatorImpl::error() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return broken_;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (broken_) return broken_;
+  }
+  return hybrid_ ? hybrid_->broken() : nullptr;  // broken through a group that shares it
 }
 
 void CommunicatorImpl::abort(const std::string& reason) {
-  auto cause = std::make_exception_ptr(
-      Aborted("shoal rank " + std::to_string(rank_) + ": aborted: " + reason));
+  auto cause = std::make_exception_ptr(Aborted(label_ + ": aborted: " + reason));
+  bool running;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!broken_) broken_ = cause;
+    running = busy_.load() || has_inflight_.load();
   }
-  transport_->abort(cause);
+  // A group shares its parent's transport: while none of its operations is
+  // in the transport, breaking the group alone is enough (what is queued
+  // fails when its turn comes); one that is must be stopped, and with it
+  // everything that shares the connections.
+  if (root_ == this || running) transport_->abort(cause);
   cv_.notify_all();
 }
 
@@ -362,16 +438,19 @@ WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
   const bool p2p = op->coll == Coll::kSend || op->coll == Coll::kRecv;
   const bool blocking = op->opts.blocking && !p2p;  // a blocking send could never meet its receive
   WorkPtr w;
-  std::unique_lock<std::mutex> drive(driver_->mu, std::defer_lock);
+  std::unique_lock<core::DriveLock> drive(driver_->lock(), std::defer_lock);
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stop_) throw Aborted(prefix(*op) + "the communicator is being destroyed");
     // A blocking collective with nothing queued ahead of it runs right here,
     // in the calling thread: no hand-off to the executor and back (two futex
     // wake-ups and an eventfd write, more than a small collective costs on a
-    // busy host). try_lock only: elsewhere driver_->mu is taken before mu_.
-    if (blocking && queue_.empty() && !busy_.load()) (void)drive.try_lock();
+    // busy host). try_lock only: elsewhere the drive lock is taken before mu_.
     if (!p2p) op->seq = next_seq_++;
+    const bool was_empty = queue_.empty();
+    op->ticket = driver_->family->draw(&member_, was_empty);
+    // (Not before an earlier operation of a group sharing the transport.)
+    if (blocking && was_empty && !busy_.load() && driver_->family->my_turn(&member_)) (void)drive.try_lock();
     op->work = std::make_shared<Work>(op->seq);
     if (!drive.owns_lock()) op->work->set_helper([d = driver_](const Work& w) { return d->help(w); });
     observer_->enqueued(*op);
@@ -405,6 +484,7 @@ void CommunicatorImpl::fail_all(std::exception_ptr cause) {
 
 bool CommunicatorImpl::drain(bool inline_caller, const Work* waiting) {
   bool progressed = false;
+  turn_blocked_ = false;
   transport_->set_spin_us(inline_caller ? spin_us_ : 0);
   transport_->set_spin_yield(spin_yield_);
   for (;;) {
@@ -413,8 +493,13 @@ bool CommunicatorImpl::drain(bool inline_caller, const Work* waiting) {
     {
       std::lock_guard<std::mutex> g(mu_);
       if (stop_ || queue_.empty()) break;
+      if (!driver_->family->my_turn(&member_)) {  // a group's earlier operation goes first
+        turn_blocked_ = true;
+        break;
+      }
       op = std::move(queue_.front());
       queue_.pop_front();
+      driver_->family->advance(&member_, queue_.empty() ? core::Family::kNone : queue_.front()->ticket);
       busy_.store(true);
       wake_executor = deferring_;
     }
@@ -452,7 +537,7 @@ bool CommunicatorImpl::spin_p2p(const Work& waiting) {
   for (unsigned i = 1; !inflight_p2p_.empty() && !waiting.test(); ++i) {
     progress_p2p(Clock::now());
     if (i % 16 == 0) {
-      if (Clock::now() >= until) return false;
+      if (Clock::now() >= until || driver_->lock().contended()) return false;
       std::lock_guard<std::mutex> g(mu_);
       if (stop_) return false;
       if (!queue_.empty()) return true;
@@ -482,8 +567,15 @@ void CommunicatorImpl::run() {
         if (queue_.empty()) continue;
       }
     }
-    std::lock_guard<std::mutex> d(driver_->mu);
+    std::unique_lock<core::DriveLock> d(driver_->lock());
     drain(false);
+    if (turn_blocked_) {
+      // Another communicator of the family has an earlier operation: let
+      // its thread drive, and come back when this one's turn has come.
+      d.unlock();
+      driver_->family->wait_turn(&member_);
+      continue;
+    }
     if (inflight_p2p_.empty()) continue;
     bool idle;
     {
@@ -502,8 +594,9 @@ void CommunicatorImpl::run() {
     std::lock_guard<std::mutex> g(mu_);
     rest.swap(queue_);
   }
+  driver_->family->advance(&member_, core::Family::kNone);
   for (auto& op : rest) op->work->finish(core::with_context(cause, prefix(*op)));
-  std::lock_guard<std::mutex> d(driver_->mu);
+  std::lock_guard<core::DriveLock> d(driver_->lock());
   fail_all(cause);
   has_inflight_.store(false);
 }
@@ -539,7 +632,7 @@ void CommunicatorImpl::reap_p2p() {
     Op& op = **it;
     if (op.req->complete) {
       observer_->finished(op, nullptr);
-      op.work->finish(nullptr, op.req->source);
+      op.work->finish(nullptr, transport_->from_wire(op.req->source));
       it = inflight_p2p_.erase(it);
       continue;
     }
@@ -548,8 +641,7 @@ void CommunicatorImpl::reap_p2p() {
       // be half sent) and the cause is published for the other ranks.
       transport::Request* one[1] = {op.req.get()};
       transport_->abort(core::with_context(timed_out(transport_->pending_summary(one, 1)),
-                                           "shoal rank " + std::to_string(rank_) + ": " +
-                                               std::string(coll::coll_name(op.coll)) + " (tag " +
+                                           label_ + ": " + std::string(coll::coll_name(op.coll)) + " (tag " +
                                                std::to_string(op.tag) + "): "));
       transport_->poll();  // throws the cause, after publishing it
     }

@@ -4,7 +4,7 @@
 // and the stall inspector (SHOAL_STALL_WARN). docs/observability.md.
 //
 // Threads: enqueued() runs on the caller thread under the queue's lock; the
-// other hooks on the thread driving the communicator (under driver_->mu),
+// other hooks on the thread driving the communicator (under the drive lock),
 // one at a time. A thread of the observer's own (started only when something
 // needs it) does the periodic work: stall checks, SIGUSR1 dumps, timeline
 // flushes. Every hook is a few stores when the features are at their

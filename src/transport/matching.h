@@ -23,6 +23,7 @@ inline bool tag_less(const Tag& a, const Tag& b) {
 
 inline std::string describe_tag(const Tag& t) {
   std::ostringstream o;
+  if (t.ctx) o << "group " << t.ctx << " ";
   if (t.space == Space::kP2P) {
     o << "p2p tag " << t.seq;
   } else {
@@ -90,12 +91,24 @@ std::exception_ptr check_matched(const Request& r, const Arrival& m, const Descr
 // A collective message nobody has asked for yet. If this rank already waits
 // for an earlier message from the same peer (the first collective receive in
 // `recvq`), the peer has moved past it: the ranks disagree on the sequence of
-// collectives. Returns that Mismatch, else null (the message waits).
+// collectives. So they do when the message belongs to another of the
+// communicators sharing the connection (another `ctx`): their collectives
+// run one at a time, in the order each rank issued them, so the peer issued
+// them in another order than this rank (docs/torch.md, "Groups"). Returns
+// that Mismatch, else null (the message waits).
 template <class Name>
 std::exception_ptr check_order(const std::deque<Request*>& recvq, const Arrival& m, const DescribeFp& fp,
                                Name&& name) {
   for (const Request* r : recvq) {
     if (r->tag.space != Space::kCollective) continue;
+    if (r->tag.ctx != m.tag.ctx) {
+      return std::make_exception_ptr(Mismatch(
+          "collective order mismatch with " + name(m.peer) + ": this rank waits for " + describe_tag(r->tag) +
+          " (" + (fp ? fp(r->fp) : std::string("?")) + "), rank " + std::to_string(m.peer) + " sent " +
+          describe_tag(m.tag) + " (" + (fp ? fp(m.fp) : std::string("?")) +
+          ") first; communicators that share connections must issue their collectives in the same "
+          "order on every rank (or give the group its own connections: SHOAL_GROUP_CONNECTIONS=own)"));
+    }
     if (tag_less(r->tag, m.tag) || (r->tag.seq == m.tag.seq && r->check_fp && !(r->fp == m.fp))) {
       auto describe = [&](const Fingerprint& f) { return fp ? fp(f) : std::string("?"); };
       return std::make_exception_ptr(Mismatch(

@@ -32,10 +32,13 @@ enum class Space : uint8_t { kCollective = 0, kP2P = 1 };
 
 // Identifies one message within a communicator: the collective's sequence
 // number and the algorithm's step, or (kP2P) the user's tag in `seq`.
+// `ctx` tells apart the communicators that share one transport (a group
+// split from its parent, transport/context_transport.h); 0 for the parent.
 struct Tag {
   Space space = Space::kCollective;
   uint64_t seq = 0;
   uint32_t step = 0;
+  uint32_t ctx = 0;
   bool operator==(const Tag&) const = default;
 };
 

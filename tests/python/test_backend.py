@@ -45,5 +45,14 @@ def test_init_methods_tcp_and_file():
             os.unlink(path)
 
 
+@pytest.mark.parametrize("mode", ["shared", "own"])
+def test_subgroups_share_connections(mode):
+    assert_all_passed(run_job("groups", 3, env={"SHOAL_GROUP_CONNECTIONS": mode}))
+
+
+def test_bad_group_connections_knob_is_an_error_on_every_rank():
+    assert_all_passed(run_job("groups_bad_knob", 2, env={"SHOAL_GROUP_CONNECTIONS": "bogus"}))
+
+
 def test_gloo_default_with_shoal_subgroup():
     assert_all_passed(run_job("mixed", 2))

@@ -820,6 +820,122 @@ def init_methods():
     return c.report()
 
 
+def _open_fds():
+    """What this process has open, as "fd -> target" ("socket:[123]", ...)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.add(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+        except OSError:
+            pass  # closed meanwhile (listdir's own fd)
+    return out
+
+
+@suite("groups")
+def groups():
+    """Subgroups reuse the default group's connections (SHOAL_GROUP_CONNECTIONS=shared,
+    the default: no new file descriptors), or make their own (=own); either way
+    they compute the same, p2p uses global ranks, and a Gloo-default job's
+    shoal groups share the first shoal group's connections."""
+    import shoal.torch  # noqa: F401
+    c = Checks()
+    shared = os.environ.get("SHOAL_GROUP_CONNECTIONS", "shared") == "shared"
+    dist.init_process_group("shoal", timeout=datetime.timedelta(seconds=60))
+    g_gloo = dist.new_group([0, WS - 1], backend="gloo")
+    if RANK in (0, WS - 1):
+        dist.all_reduce(torch.ones(1), group=g_gloo)  # Gloo's sockets open before counting
+    # connect every pair on the default group first
+    dist.all_to_all_single(torch.empty(WS), torch.arange(WS, dtype=torch.float32))
+    before = _open_fds()
+    tail = list(range(1, WS))  # group rank = global rank - 1
+    g_tail = dist.new_group(tail)
+    g_pair = dist.new_group([0, WS - 1])
+
+    def collectives():
+        if RANK not in tail:
+            return
+        outs = [torch.empty(1) for _ in tail]
+        dist.all_gather(outs, torch.tensor([float(RANK)]), group=g_tail)
+        close(torch.cat(outs), torch.tensor([float(r) for r in tail]), "all_gather on the tail group")
+        t = torch.full((1 << 16,), float(RANK + 1))
+        dist.all_reduce(t, group=g_tail)
+        close(t, torch.full((1 << 16,), float(sum(r + 1 for r in tail))), "all_reduce on the tail group")
+        b = torch.full((3,), float(RANK))
+        dist.broadcast(b, src=WS - 1, group=g_tail)  # global rank
+        close(b, torch.full((3,), float(WS - 1)), "broadcast from a global rank")
+
+    def pair():
+        if RANK not in (0, WS - 1):
+            return
+        x = torch.full((4,), float(RANK))
+        dist.all_reduce(x, group=g_pair)
+        y = torch.full((4,), float(RANK))
+        dist.all_reduce(y, group=g_gloo)
+        close(x, y, "pair vs gloo pair")
+        # point to point in global ranks; the default group's message with the
+        # same tag does not match the group's
+        if RANK == 0:
+            a, b = torch.zeros(2), torch.zeros(2)
+            wa = dist.irecv(a, src=WS - 1, tag=5, group=g_pair)
+            wb = dist.irecv(b, src=WS - 1, tag=5)
+            wb.wait()
+            wa.wait()
+            close(a, torch.full((2,), 1.0), "p2p on the group")
+            close(b, torch.full((2,), 2.0), "p2p on the default group")
+        else:
+            dist.send(torch.full((2,), 2.0), dst=0, tag=5)
+            dist.send(torch.full((2,), 1.0), dst=0, tag=5, group=g_pair)
+
+    def async_interleaved():
+        # alternate the default group and a group without waiting: both run
+        # in issue order on every rank
+        works, want = [], []
+        for i in range(20):
+            a = torch.full((4096,), float(RANK + i))
+            b = torch.full((8,), float(RANK * i))
+            works.append(dist.all_reduce(a, async_op=True))
+            want.append((a, float(sum(r + i for r in range(WS)))))
+            if RANK in tail:
+                works.append(dist.all_reduce(b, group=g_tail, async_op=True))
+                want.append((b, float(sum(r * i for r in tail))))
+        for w in reversed(works):
+            w.wait()
+        for k, (t, v) in enumerate(want):
+            close(t, torch.full_like(t, v), f"async interleaved [{k}]")
+
+    def descriptors():
+        opened = sorted(_open_fds() - before)
+        if shared:
+            assert not opened, f"opened for shoal subgroups (want nothing): {opened}"
+        else:
+            assert opened, "SHOAL_GROUP_CONNECTIONS=own made no connections of its own"
+
+    c.run("subgroup collectives", collectives)
+    c.run("pair group, p2p, vs gloo", pair)
+    c.run("async interleaved", async_interleaved)
+    dist.barrier()
+    c.run("file descriptors", descriptors)
+    dist.destroy_process_group()
+    return c.report()
+
+
+@suite("groups_bad_knob")
+def groups_bad_knob():
+    """A bad SHOAL_GROUP_CONNECTIONS is an error naming it on every rank, not a wait."""
+    import shoal.torch  # noqa: F401
+    c = Checks()
+
+    def init():
+        try:
+            dist.init_process_group("shoal", timeout=datetime.timedelta(seconds=60))
+        except (RuntimeError, ValueError) as e:
+            assert "SHOAL_GROUP_CONNECTIONS: 'bogus' is not one of shared, own" in str(e), str(e)
+            return
+        raise AssertionError("init_process_group accepted SHOAL_GROUP_CONNECTIONS=bogus")
+    c.run("bad SHOAL_GROUP_CONNECTIONS", init)
+    return c.report()
+
+
 @suite("mixed")
 def mixed():
     """Gloo as the default backend, shoal for a subgroup; and both in one backend string."""

@@ -23,6 +23,9 @@
 #include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <type_traits>
@@ -330,6 +333,85 @@ class Call {
 
 // ---------------------------------------------------------------- lifecycle
 
+namespace {
+
+// The communicators this process created afresh (not split), with their
+// global ranks, in creation order: a later group whose ranks they all hold
+// is split from the first of them and reuses its connections.
+struct Root {
+  std::weak_ptr<Communicator> comm;
+  std::vector<int64_t> global_ranks;
+};
+std::mutex g_roots_mu;
+std::vector<Root> g_roots;  // GUARDED_BY(g_roots_mu)
+
+bool share_connections() {
+  const char* v = std::getenv("SHOAL_GROUP_CONNECTIONS");
+  std::string s = v ? v : "shared";
+  if (s == "shared" || s.empty()) return true;
+  if (s == "own") return false;
+  throw shoal::InvalidArgument("SHOAL_GROUP_CONNECTIONS: '" + s + "' is not one of shared, own");
+}
+
+}  // namespace
+
+// A group's communicator: split from the first live root communicator that
+// holds all its ranks, else a fresh one, which becomes a root. The group's
+// rank 0 decides (a broken root, or SHOAL_GROUP_CONNECTIONS=own there, means
+// fresh) and tells the others through the group's store; they find the same
+// root (roots are created in the same order on every rank, and each member
+// holds every root that holds the group).
+std::shared_ptr<Communicator> ShoalBackend::make_communicator(const std::shared_ptr<shoal::Store>& store, int rank,
+                                                              int size, const shoal::Options& o) {
+  std::vector<int64_t> ranks = cfg_.global_ranks;
+  if (ranks.empty()) {
+    for (int r = 0; r < size; ++r) ranks.push_back(r);
+  }
+  std::shared_ptr<Communicator> parent;
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> g(g_roots_mu);
+    g_roots.erase(std::remove_if(g_roots.begin(), g_roots.end(), [](const Root& r) { return r.comm.expired(); }),
+                  g_roots.end());
+    for (const Root& root : g_roots) {
+      members.clear();
+      for (int64_t gr : ranks) {
+        auto it = std::find(root.global_ranks.begin(), root.global_ranks.end(), gr);
+        if (it == root.global_ranks.end()) break;
+        members.push_back(static_cast<int>(it - root.global_ranks.begin()));
+      }
+      if (members.size() == ranks.size() && (parent = root.comm.lock())) break;
+    }
+  }
+  const std::string kKey = "shoal/connections";
+  bool split = false;
+  if (size > 1 || parent) {
+    if (rank == 0) {
+      try {
+        split = share_connections() && parent && !parent->error();
+      } catch (const shoal::InvalidArgument& e) {
+        store->set_str(kKey, std::string("error ") + e.what());  // the others would wait for the answer
+        throw;
+      }
+      store->set_str(kKey, split ? "shared" : "own");
+    } else {
+      const std::string answer = store->get_str(kKey);
+      if (answer.rfind("error ", 0) == 0) throw shoal::InvalidArgument("the group's rank 0: " + answer.substr(6));
+      split = answer == "shared";
+      if (split && !parent) {
+        throw shoal::InvalidArgument(
+            "the group's rank 0 splits it from a communicator this rank does not have (groups created in "
+            "another order on different ranks?)");
+      }
+    }
+  }
+  if (split) return parent->split(members, store, o);  // blocks until the group's rank 0 has split
+  auto comm = Communicator::create(store, rank, size, o);
+  std::lock_guard<std::mutex> g(g_roots_mu);
+  g_roots.push_back(Root{comm, ranks});
+  return comm;
+}
+
 ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            BackendConfig cfg)
     : c10d::Backend(rank, size), cfg_(std::move(cfg)), default_timeout_ms_(0) {
@@ -340,7 +422,7 @@ ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   o.advertise_host = cfg_.advertise_host;
   o.store_host_rank = cfg_.store_host_rank;
   try {
-    comm_ = Communicator::create(std::make_shared<C10dStore>(store), rank, size, o);
+    comm_ = make_communicator(std::make_shared<C10dStore>(store), rank, size, o);
   } catch (const shoal::InvalidArgument& e) {
     TORCH_CHECK(false, "shoal: creating the ", cfg_.name, " backend: ", e.what());
   } catch (const shoal::Error& e) {

@@ -201,6 +201,8 @@ class ShoalBackend : public c10d::Backend {
   BackendConfig cfg_;
   mutable std::mutex mu_;
   std::shared_ptr<Communicator> comm_;     // GUARDED_BY(mu_); null after shutdown()
+  std::shared_ptr<Communicator> make_communicator(const std::shared_ptr<shoal::Store>& store, int rank, int size,
+                                                  const shoal::Options& o);
   std::unique_ptr<Completer> completer_;
   std::atomic<int64_t> default_timeout_ms_;
   std::atomic<uint64_t> seq_{0};           // collectives issued (same on every rank)

@@ -80,14 +80,14 @@ struct ShmFrame {
   uint8_t space = 0;
   uint16_t reserved = 0;
   uint32_t step = 0;
-  uint32_t pad = 0;
+  uint32_t ctx = 0;
   uint64_t seq = 0;
   uint64_t length = 0;
   Fingerprint fp;
   uint64_t addr = 0;
   uint64_t cookie = 0;
 
-  Tag tag() const { return Tag{static_cast<Space>(space), seq, step}; }
+  Tag tag() const { return Tag{static_cast<Space>(space), seq, step, ctx}; }
 };
 static_assert(sizeof(ShmFrame) == 64);
 

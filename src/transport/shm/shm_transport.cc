@@ -659,6 +659,7 @@ bool ShmTransport::try_write(Channel& c) {
       ShmFrame f;
       f.space = static_cast<uint8_t>(r->tag.space);
       f.step = r->tag.step;
+      f.ctx = r->tag.ctx;
       f.seq = r->tag.seq;
       f.length = r->len;
       f.fp = r->fp;

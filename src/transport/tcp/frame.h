@@ -77,12 +77,12 @@ struct FrameHeader {
   uint8_t space = 0;
   uint16_t reserved = 0;
   uint32_t step = 0;
-  uint32_t pad = 0;
+  uint32_t ctx = 0;
   uint64_t seq = 0;
   uint64_t length = 0;
   Fingerprint fp;
 
-  Tag tag() const { return Tag{static_cast<Space>(space), seq, step}; }
+  Tag tag() const { return Tag{static_cast<Space>(space), seq, step, ctx}; }
 };
 static_assert(sizeof(Fingerprint) == 16);
 static_assert(sizeof(FrameHeader) == 48);
@@ -100,6 +100,7 @@ inline FrameHeader make_header(const Request& r) {
   FrameHeader h;
   h.space = static_cast<uint8_t>(r.tag.space);
   h.step = r.tag.step;
+  h.ctx = r.tag.ctx;
   h.seq = r.tag.seq;
   h.length = r.len;
   h.fp = r.fp;
