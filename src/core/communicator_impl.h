@@ -137,6 +137,7 @@ class CommunicatorImpl {
   core::Family::Member member_;  // this communicator's queue in the family
   bool turn_blocked_ = false;    // GUARDED_BY(driver_->lock()): drain() stopped for another member's turn
   std::atomic<bool> has_inflight_{false};
+  std::atomic<size_t> inflight_count_{0};  // inflight_p2p_.size(), for threads without the drive lock
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

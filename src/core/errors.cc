@@ -21,15 +21,25 @@ std::exception_ptr make(ErrorCode code, const std::string& msg, int peer) {
 
 }  // namespace
 
+// E.g. "shoal rank 0: send: recv (tag 3): timed out ..." for a send failed by
+// a receive's timeout.
+std::string join_context(const std::string& prefix, const std::string& what) {
+  const size_t cut = prefix.find(": ");
+  if (cut != std::string::npos && what.compare(0, cut + 2, prefix, 0, cut + 2) == 0) {
+    return prefix + what.substr(cut + 2);
+  }
+  return prefix + what;
+}
+
 std::exception_ptr with_context(std::exception_ptr e, const std::string& prefix) {
   try {
     std::rethrow_exception(e);
   } catch (const PeerLost& x) {
-    return make(x.code(), prefix + x.what(), x.peer());
+    return make(x.code(), join_context(prefix, x.what()), x.peer());
   } catch (const Error& x) {
-    return make(x.code(), prefix + x.what(), -1);
+    return make(x.code(), join_context(prefix, x.what()), -1);
   } catch (const std::exception& x) {
-    return make(ErrorCode::kInternal, prefix + x.what(), -1);
+    return make(ErrorCode::kInternal, join_context(prefix, x.what()), -1);
   } catch (...) {
     return make(ErrorCode::kInternal, prefix + "unknown exception", -1);
   }

@@ -10,8 +10,11 @@
 namespace shoal::core {
 
 // Returns an exception of the same type as `e` whose message is
-// `prefix + what()`. Non-shoal exceptions become InternalError.
+// `prefix + what()` (join_context). Non-shoal exceptions become InternalError.
 std::exception_ptr with_context(std::exception_ptr e, const std::string& prefix);
+// prefix + what; when both start with the same "shoal rank R: " (the cause
+// came from another operation of this rank), `what` loses it.
+std::string join_context(const std::string& prefix, const std::string& what);
 
 // The first cause of a break, as published in the store so that every other
 // rank can report it: "<code>|<peer>|<detecting rank>|<message>".

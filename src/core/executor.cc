@@ -424,7 +424,7 @@ void CommunicatorImpl::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!broken_) broken_ = cause;
-    running = busy_.load() || has_inflight_.load();
+    running = busy_.load() || inflight_count_.load() > 0;
   }
   // A group shares its parent's transport: while none of its operations is
   // in the transport, breaking the group alone is enough (what is queued
@@ -480,6 +480,7 @@ void CommunicatorImpl::fail_all(std::exception_ptr cause) {
     op->work->finish(core::with_context(cause, prefix(*op)));
   }
   inflight_p2p_.clear();
+  inflight_count_.store(0);
 }
 
 bool CommunicatorImpl::drain(bool inline_caller, const Work* waiting) {
@@ -634,6 +635,7 @@ void CommunicatorImpl::reap_p2p() {
       observer_->finished(op, nullptr);
       op.work->finish(nullptr, transport_->from_wire(op.req->source));
       it = inflight_p2p_.erase(it);
+      inflight_count_.store(inflight_p2p_.size());
       continue;
     }
     if (now >= op.deadline) {
@@ -725,6 +727,7 @@ void CommunicatorImpl::post_p2p(Op& op) {
   owned->trace = op.trace;
   owned->deadline = Clock::now() + (op.opts.timeout.count() > 0 ? op.opts.timeout : opts_.timeout);
   inflight_p2p_.push_back(std::move(owned));
+  inflight_count_.store(inflight_p2p_.size());
 }
 
 void CommunicatorImpl::run_collective(Op& op) {

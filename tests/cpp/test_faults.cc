@@ -326,6 +326,28 @@ TEST(Faults, AbortRecordIsRaisedAsTheDetectorsReport) {
   EXPECT_EQ(message(t), "rank 3 reports: recv (tag 5): timed out waiting for receive from rank 2");
 }
 
+// An operation failed by another operation's cause says "shoal rank R: "
+// once, and keeps the type (and the lost peer).
+TEST(Faults, ContextIsNotRepeatedForACauseFromTheSameRank) {
+  auto e = core::with_context(
+      std::make_exception_ptr(TimeoutError("shoal rank 0: recv (tag 3): timed out waiting for rank 1")),
+      "shoal rank 0: send: ");
+  EXPECT_EQ(code(e), ErrorCode::kTimeout);
+  EXPECT_EQ(message(e), "shoal rank 0: send: recv (tag 3): timed out waiting for rank 1");
+  auto g = core::with_context(std::make_exception_ptr(PeerLost("shoal rank 3 (group 1 rank 0): peer lost: rank 2", 2)),
+                              "shoal rank 3 (group 1 rank 0): allreduce seq 4: ");
+  EXPECT_EQ(message(g), "shoal rank 3 (group 1 rank 0): allreduce seq 4: peer lost: rank 2");
+  // Another rank's words keep their own.
+  auto o = core::with_context(std::make_exception_ptr(PeerLost("rank 2 reports: peer lost: rank 1", 1)),
+                              "shoal rank 0: allreduce seq 2: ");
+  EXPECT_EQ(message(o), "shoal rank 0: allreduce seq 2: rank 2 reports: peer lost: rank 1");
+  try {
+    std::rethrow_exception(o);
+  } catch (const PeerLost& x) {
+    EXPECT_EQ(x.peer(), 1);
+  }
+}
+
 // A peer that has gone before anyone connected to it: the first connection
 // to it is refused, which must fail at once (not be retried until the
 // operation's timeout) and name it.
