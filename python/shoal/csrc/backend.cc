@@ -395,6 +395,7 @@ std::shared_ptr<Communicator> ShoalBackend::make_communicator(const std::shared_
       }
       store->set_str(kKey, split ? "shared" : "own");
     } else {
+      (void)share_connections();  // a bad value here is this rank's own error, before any wait
       const std::string answer = store->get_str(kKey);
       if (answer.rfind("error ", 0) == 0) throw shoal::InvalidArgument("the group's rank 0: " + answer.substr(6));
       split = answer == "shared";
