@@ -67,6 +67,16 @@ int env_int(const char* name, bool required, int fallback) {
   return static_cast<int>(x);
 }
 
+// SHOAL_TIMEOUT_S replaces the default timeout; any timeout must be > 0
+// (`who` prefixes the error).
+void resolve_timeout(Options& opts, const std::string& who) {
+  if (auto t = env::get_int("SHOAL_TIMEOUT_S"); t && opts.timeout == std::chrono::minutes(30)) {
+    if (*t <= 0) throw InvalidArgument("SHOAL_TIMEOUT_S: must be > 0");
+    opts.timeout = std::chrono::seconds(*t);
+  }
+  if (opts.timeout.count() <= 0) throw InvalidArgument(who + "timeout: must be > 0");
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
@@ -76,11 +86,7 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank: " + std::to_string(rank) + " is out of range for size " + std::to_string(size));
   }
-  if (auto t = env::get_int("SHOAL_TIMEOUT_S"); t && opts.timeout == std::chrono::minutes(30)) {
-    if (*t <= 0) throw InvalidArgument("SHOAL_TIMEOUT_S: must be > 0");
-    opts.timeout = std::chrono::seconds(*t);
-  }
-  if (opts.timeout.count() <= 0) throw InvalidArgument("timeout: must be > 0");
+  resolve_timeout(opts, "");
   std::string name = opts.name;
   if (name.empty()) {
     char buf[32];
@@ -120,11 +126,7 @@ std::shared_ptr<Communicator> Communicator::split(const std::vector<int>& ranks,
     if (r == rank()) me = static_cast<int>(i);
   }
   if (me < 0) throw InvalidArgument(who + "ranks: this rank (" + std::to_string(rank()) + ") is not among them");
-  if (auto t = env::get_int("SHOAL_TIMEOUT_S"); t && opts.timeout == std::chrono::minutes(30)) {
-    if (*t <= 0) throw InvalidArgument("SHOAL_TIMEOUT_S: must be > 0");
-    opts.timeout = std::chrono::seconds(*t);
-  }
-  if (opts.timeout.count() <= 0) throw InvalidArgument(who + "timeout: must be > 0");
+  resolve_timeout(opts, who);
   if (opts.name.empty()) opts.name = "group";  // `store` is the group's own
   auto scoped = std::make_shared<PrefixStore>("shoal/" + opts.name, store);
   auto impl = std::make_unique<CommunicatorImpl>(shared_from_this(), *impl_, std::move(scoped), me, ranks,

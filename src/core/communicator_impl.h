@@ -107,6 +107,10 @@ class CommunicatorImpl {
   // completes those done; a transport failure breaks the communicator.
   void progress_p2p(transport::Clock::time_point until);
   void mark_broken(std::exception_ptr e);
+  // An operation of this communicator is in the transport: a collective
+  // running, or sends and receives in flight (stopping it means breaking
+  // the transport).
+  bool in_transport() const { return busy_.load() || inflight_count_.load() > 0; }
   void fail_all(std::exception_ptr cause);
   void on_break(std::exception_ptr cause);
   std::exception_ptr on_lost(int peer, const std::string& detail);

@@ -274,7 +274,7 @@ CommunicatorImpl::~CommunicatorImpl() {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
     // A group shares its parent's transport: break it only to stop what runs.
-    pending = busy_.load() || has_inflight_.load() || (root_ == this && !queue_.empty());
+    pending = in_transport() || (root_ == this && !queue_.empty());
   }
   driver_->family->stop(&member_);
   if (pending) {
@@ -424,7 +424,7 @@ void CommunicatorImpl::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!broken_) broken_ = cause;
-    running = busy_.load() || inflight_count_.load() > 0;
+    running = in_transport();
   }
   // A group shares its parent's transport: while none of its operations is
   // in the transport, breaking the group alone is enough (what is queued
