@@ -12,21 +12,26 @@ void allreduce_recursive_doubling(Ctx& c, const Args& a);
 void allreduce_rabenseifner(Ctx& c, const Args& a);
 void allreduce_hierarchical(Ctx& c, const Args& a);
 void allreduce_direct(Ctx& c, const Args& a);
+void allreduce_shared(Ctx& c, const Args& a);
 
 void broadcast_binomial(Ctx& c, const Args& a);
 void broadcast_scatter_allgather(Ctx& c, const Args& a);
 void broadcast_chain(Ctx& c, const Args& a);
+void broadcast_shared(Ctx& c, const Args& a);
 
 void reduce_binomial(Ctx& c, const Args& a);
 void reduce_scatter_gather(Ctx& c, const Args& a);
+void reduce_shared(Ctx& c, const Args& a);
 
 void allgather_ring(Ctx& c, const Args& a);
 void allgather_bruck(Ctx& c, const Args& a);
 void allgather_direct(Ctx& c, const Args& a);
+void allgather_shared(Ctx& c, const Args& a);
 void allgatherv_ring(Ctx& c, const Args& a);
 
 void reduce_scatter_ring(Ctx& c, const Args& a);
 void reduce_scatter_direct(Ctx& c, const Args& a);
+void reduce_scatter_shared(Ctx& c, const Args& a);
 void reduce_scatterv_ring(Ctx& c, const Args& a);
 
 void alltoall_pairwise(Ctx& c, const Args& a);

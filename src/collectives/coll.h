@@ -2,7 +2,8 @@
 // and Ctx, the handful of transport primitives it may use.
 //
 // Rules for algorithms (one per file, see docs/algorithms.md):
-//  - use only Ctx's send/recv/wait, kernels::reduce*, and Ctx::scratch();
+//  - use only Ctx's send/recv/wait, kernels::reduce*, Ctx::scratch(), and
+//    (the *_shared algorithms) Ctx::arena();
 //  - never assume a power-of-two world size; handle count 0 and size 1;
 //  - messages to one peer use strictly increasing `step` numbers within the
 //    collective (the transport relies on it to detect mismatched ranks);
@@ -20,6 +21,7 @@
 
 #include "collectives/patterns/hierarchy.h"
 #include "shoal/types.h"
+#include "transport/shm/host_arena.h"
 #include "transport/transport.h"
 
 namespace shoal::coll {
@@ -89,9 +91,10 @@ class Scratch {
 class Ctx {
  public:
   Ctx(transport::Transport& t, uint64_t seq, const transport::Fingerprint& fp,
-      Clock::time_point deadline, Scratch& scratch, const Tuning& tuning, const Topology& topo)
+      Clock::time_point deadline, Scratch& scratch, const Tuning& tuning, const Topology& topo,
+      transport::shm::HostArena* arena = nullptr)
       : t_(t), seq_(seq), fp_(fp), deadline_(deadline), scratch_(scratch), tuning_(tuning),
-        topo_(topo) {}
+        topo_(topo), arena_(arena) {}
 
   int rank() const { return t_.rank(); }
   int size() const { return t_.size(); }
@@ -99,6 +102,18 @@ class Ctx {
   // Which ranks share a host (from the rendezvous).
   const Topology& topology() const { return topo_; }
   void* scratch(size_t bytes, int slot = 0) { return scratch_.get(bytes, slot); }
+  // The shared segment of every rank of this communicator, when all of them
+  // are on this host and it could be set up (transport/shm/host_arena.h);
+  // else null. Every rank sees the same answer.
+  transport::shm::HostArena* arena() const { return arena_; }
+  // Starts a round of this collective in the arena.
+  void begin_round() {
+    arena_->begin(seq_, fp_);
+    for (int q = 0; q < size(); ++q) {
+      if (q != rank()) note_peer(q);
+    }
+  }
+  Clock::time_point deadline() const { return deadline_; }
   // Notes every peer this collective sends to or receives from in `bits`
   // (one bit per rank; for the flight recorder). Null: nothing is noted.
   void note_peers(std::atomic<uint64_t>* bits) { peer_bits_ = bits; }
@@ -128,6 +143,7 @@ class Ctx {
   Scratch& scratch_;
   const Tuning& tuning_;
   const Topology& topo_;
+  transport::shm::HostArena* arena_;
   std::atomic<uint64_t>* peer_bits_ = nullptr;
 
   void note_peer(int peer) {

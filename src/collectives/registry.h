@@ -29,6 +29,8 @@ struct Overrides {
 
 // The default choice for a collective of `bytes` (the per-rank payload as
 // documented in docs/algorithms.md) on `size` ranks: the selection table.
-const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, const Topology& topo);
+// `arena`: every rank has the communicator's shared segment (Ctx::arena()).
+const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, const Topology& topo,
+                        bool arena);
 
 }  // namespace shoal::coll

@@ -20,7 +20,8 @@ const Algorithm& must(Coll c, std::string_view name) {
 
 }  // namespace
 
-const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, const Topology& topo) {
+const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, const Topology& topo,
+                        bool arena) {
   if (const Algorithm* forced = ov.by_coll[static_cast<int>(c)]) return *forced;
   const size_t elem = a.elem();
   // Every rank on this host: shared memory, where pulling from all peers at
@@ -29,6 +30,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
   switch (c) {
     case Coll::kAllreduce: {
       const size_t bytes = a.count * elem;
+      if (arena) return must(c, "shared");
       if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
       if (topo.hierarchical() && topo.uniform() && bytes > 256 * KiB) return must(c, "hierarchical");
       if (one_host && size > 2 && bytes > 256 * KiB) return must(c, "direct");
@@ -37,17 +39,20 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     }
     case Coll::kBroadcast: {
       const size_t bytes = a.count * elem;
+      if (arena) return must(c, "shared");
       if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
       if (bytes <= 8192 * KiB) return must(c, "scatter_allgather");
       return must(c, "chain");
     }
     case Coll::kReduce: {
       const size_t bytes = a.count * elem;
+      if (arena) return must(c, "shared");
       if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
       return must(c, "scatter_gather");
     }
     case Coll::kAllgather: {
       const size_t bytes = a.count * elem * static_cast<size_t>(size);
+      if (arena) return must(c, "shared");
       if (bytes <= 64 * KiB && size > 2) return must(c, "bruck");
       if (one_host && size > 2) return must(c, "direct");
       return must(c, "ring");
@@ -59,7 +64,9 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       return must(c, "linear");
     }
     case Coll::kAllgatherv: return must(c, "ring");
-    case Coll::kReduceScatter: return must(c, one_host && size > 2 ? "direct" : "ring");
+    case Coll::kReduceScatter:
+      if (arena) return must(c, "shared");
+      return must(c, one_host && size > 2 ? "direct" : "ring");
     case Coll::kReduceScatterv: return must(c, "ring");
     case Coll::kAlltoall: return must(c, "pairwise");
     case Coll::kAlltoallv: return must(c, "pairwise");

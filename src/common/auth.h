@@ -61,7 +61,7 @@ bool equal(const void* a, const void* b, size_t n);
 
 // Which kind of connection a proof is for: a proof made for one kind is
 // worthless on another.
-enum class Link : uint8_t { kTcp = 1, kShm = 2, kStore = 3 };
+enum class Link : uint8_t { kTcp = 1, kShm = 2, kStore = 3, kArena = 4 };
 // Which end made the proof: the connecting or the accepting one. A proof is
 // never valid for the other role, so an answer cannot be reflected back.
 enum class Role : uint8_t { kConnector = 1, kAcceptor = 2 };

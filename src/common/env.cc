@@ -17,6 +17,9 @@ const Knob kKnobs[] = {
      "(auto: 200 when the host runs no more ranks than cores, else 0)."},
     {"SHOAL_SEGMENT_BYTES", "1048576", "Pipelining segment of large transfers, in bytes."},
     {"SHOAL_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets, in bytes (0: kernel default)."},
+    {"SHOAL_SHM_ARENA_BYTES", "1048576",
+     "Per rank and round, the shared-memory slot of the *_shared algorithms (all ranks on one host); "
+     "0 turns them off."},
     {"SHOAL_SHM", "1",
      "Ranks on one host talk through shared memory: 1 (single-copy for large messages where the "
      "kernel allows process_vm_readv), copy (always through the shared ring), 0 (TCP only)."},

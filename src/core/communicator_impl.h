@@ -22,6 +22,7 @@
 #include "shoal/communicator.h"
 #include "transport/context_transport.h"
 #include "transport/hybrid_transport.h"
+#include "transport/shm/host_arena.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace shoal {
@@ -118,7 +119,13 @@ class CommunicatorImpl {
   std::exception_ptr peer_gone(int peer);
   std::exception_ptr timed_out(const std::string& waiting);
   std::exception_ptr abort_record();
+  std::exception_ptr while_blocked();
+  std::exception_ptr order_check(int peer);
   const coll::Topology& topology();
+  // Sets up arena_ on the first collective when every rank is on this host
+  // (core/arena_setup.cc); every rank reaches the same verdict.
+  void setup_arena(transport::Clock::time_point deadline);
+  void await_arena_key(const std::string& key, int who, transport::Clock::time_point deadline);
   core::ObserverConfig observer_config(uint64_t id, const std::string& shm_mode);  // core/observer.cc
 
   // A group split from a parent keeps it alive (declared first: released last).
@@ -130,6 +137,11 @@ class CommunicatorImpl {
   coll::Tuning tuning_;
   coll::Topology topo_;  // GUARDED_BY(driver_->lock()); empty until first needed
   coll::Scratch scratch_;                                   // GUARDED_BY(driver_->lock())
+  std::unique_ptr<transport::shm::HostArena> arena_;       // GUARDED_BY(driver_->lock()); set by setup_arena()
+  size_t arena_bytes_ = 0;                                  // SHOAL_SHM_ARENA_BYTES (0: no arena)
+  bool arena_checked_ = false;                              // GUARDED_BY(driver_->lock())
+  auth::Secret secret_;        // root: the job's secret (proofs of the arena's members)
+  std::string published_pos_;  // root: the last "ctx seq" this rank published as blocked in
   std::shared_ptr<transport::HybridTransport> hybrid_;     // shm for this host, TCP beyond; shared with groups
   std::unique_ptr<transport::ContextTransport> transport_; // this communicator's view of hybrid_
   transport::tcp::TcpTransport* tcp_ = nullptr;            // owned by hybrid_ (root only)

@@ -96,6 +96,12 @@ void CommunicatorImpl::init_common() {
                               : static_cast<size_t>(env::get_int("SHOAL_SEGMENT_BYTES")
                                                         .value_or(static_cast<int64_t>(coll::Tuning{}.segment_bytes)));
   if (tuning_.segment_bytes == 0) throw InvalidArgument("SHOAL_SEGMENT_BYTES: must be > 0");
+  const int64_t arena = env::get_int("SHOAL_SHM_ARENA_BYTES").value_or(int64_t{1} << 20);
+  if (arena != 0 && (arena < 4096 || arena > (int64_t{1} << 30))) {
+    throw InvalidArgument("SHOAL_SHM_ARENA_BYTES: " + std::to_string(arena) +
+                          " is out of range (0 to turn the arena off, else 4096 to 1073741824)");
+  }
+  if (env::get("SHOAL_SHM").value_or("1") != "0") arena_bytes_ = static_cast<size_t>(arena);
 
   int spin = opts_.spin_us;
   if (spin < 0) {
@@ -125,10 +131,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   t.on_break = [this](std::exception_ptr e) { on_break(e); };
   t.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
   roll_call_ = std::make_unique<core::RollCall>(store_, rank_, size_);
-  auto check_abort = [this]() -> std::exception_ptr {
-    roll_call_->answer();  // blocked in shoal: say so if someone calls the roll
-    return abort_record();
-  };
+  auto check_abort = [this]() -> std::exception_ptr { return while_blocked(); };
   t.check_abort = check_abort;
   t.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
 
@@ -163,6 +166,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
     if (t.secret.empty()) t.secret = auth::Secret::from_hex(shared, "the communicator's secret in the store");
   }
   auth::Secret secret = t.secret;
+  secret_ = secret;
   std::string host = opts_.advertise_host;
   t.bind_host = host;
   uint64_t job = t.job;
@@ -241,6 +245,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Communicator> keep, Communica
     }
   }
   if (ctx == 0 || ctx > UINT32_MAX) throw InternalError("split: context id out of range");
+  member_.ctx = static_cast<uint32_t>(ctx);
   std::vector<int> wire(members.size());
   for (size_t i = 0; i < members.size(); ++i) wire[i] = parent.transport_->to_wire(members[i]);
   hybrid_ = parent.hybrid_;
@@ -373,6 +378,59 @@ std::exception_ptr CommunicatorImpl::abort_record() {
   } catch (...) {
   }
   return nullptr;
+}
+
+// Called every abort poll while this rank is blocked in shoal (the root's
+// communicator): answers a roll call, publishes which operation of the
+// family it is blocked in (for order_check on its peers), and returns
+// another rank's published cause, if any.
+std::exception_ptr CommunicatorImpl::while_blocked() {
+  if (root_ != this) return root_->while_blocked();
+  roll_call_->answer();  // blocked in shoal: say so if someone calls the roll
+  auto& fam = *driver_->family;
+  if (fam.size() > 1) {
+    const std::string pos = std::to_string(fam.current_ctx()) + " " + std::to_string(fam.current_seq());
+    if (pos != published_pos_) {
+      try {
+        store_->set_str("pos/" + std::to_string(rank_), pos);
+        published_pos_ = pos;
+      } catch (const Error&) {
+      }
+    }
+  }
+  return abort_record();
+}
+
+namespace {
+std::string position(uint64_t ctx, uint64_t seq) {
+  return (ctx ? "group " + std::to_string(ctx) + " " : std::string()) + "seq " + std::to_string(seq);
+}
+}  // namespace
+
+// This rank waits for `peer` to join an operation that `peer` has not
+// started (an arrival in the shared arena). If `peer` is blocked in an
+// operation of another communicator of the family that this rank has not
+// started, the two ranks issued them in different orders: neither can go on.
+std::exception_ptr CommunicatorImpl::order_check(int peer) {
+  auto& fam = *driver_->family;
+  if (fam.size() <= 1) return nullptr;
+  const int wire = transport_->to_wire(peer);
+  uint64_t ctx = 0, seq = 0, mine = 0;
+  try {
+    const std::string key = "pos/" + std::to_string(wire);
+    if (!root_->store_->check({key})) return nullptr;
+    std::istringstream in(root_->store_->get_str(key));
+    if (!(in >> ctx >> seq)) return nullptr;
+  } catch (const Error&) {
+    return nullptr;
+  }
+  if (ctx == member_.ctx || !fam.started_in(static_cast<uint32_t>(ctx), &mine) || mine >= seq) return nullptr;
+  return std::make_exception_ptr(Mismatch(
+      "collective order mismatch with rank " + std::to_string(wire) + ": this rank waits for it in " +
+      position(member_.ctx, fam.current_seq()) + ", rank " + std::to_string(wire) + " waits in " +
+      position(ctx, seq) + ", which this rank has not started; communicators that share connections must issue "
+      "their collectives in the same order on every rank (or give the group its own connections: "
+      "SHOAL_GROUP_CONNECTIONS=own)"));
 }
 
 void CommunicatorImpl::on_break(std::exception_ptr cause) {
@@ -674,6 +732,7 @@ void CommunicatorImpl::execute(Op& op) {
     if (op.coll == Coll::kSend || op.coll == Coll::kRecv) {
       post_p2p(op);
     } else {
+      driver_->family->running(&member_, op.seq);
       run_collective(op);
       observer_->finished(op, nullptr);
       op.work->finish(nullptr);
@@ -779,8 +838,9 @@ void CommunicatorImpl::run_collective(Op& op) {
 
   auto timeout = op.opts.timeout.count() > 0 ? op.opts.timeout : opts_.timeout;
   const coll::Topology& topo = topology();
-  if (!op.algo) op.algo = &coll::select(op.coll, a, size_, overrides_, topo);
-  coll::Ctx ctx(*transport_, op.seq, fp, Clock::now() + timeout, scratch_, tuning_, topo);
+  setup_arena(Clock::now() + timeout);
+  if (!op.algo) op.algo = &coll::select(op.coll, a, size_, overrides_, topo, arena_ != nullptr);
+  coll::Ctx ctx(*transport_, op.seq, fp, Clock::now() + timeout, scratch_, tuning_, topo, arena_.get());
   observer_->running(op, ctx);
   op.algo->fn(ctx, a);
 

@@ -33,7 +33,33 @@ class Family {
   struct Member {
     std::atomic<uint64_t> front{kNone};
     std::atomic<bool> stopping{false};  // wakes wait_turn()
+    uint32_t ctx = 0;                   // the communicator's context id (0: the root)
+    std::atomic<uint64_t> started{0};   // seq of its last collective that started running
   };
+
+  // The collective running now (set by whoever drives): what a rank blocked
+  // in it publishes, so that a peer can tell it waits in another member's
+  // operation (CommunicatorImpl::order_check).
+  void running(Member* m, uint64_t seq) {
+    m->started.store(seq);
+    cur_ctx_.store(m->ctx);
+    cur_seq_.store(seq);
+  }
+  uint32_t current_ctx() const { return cur_ctx_.load(); }
+  uint64_t current_seq() const { return cur_seq_.load(); }
+  // The member with context id `ctx`, if this rank has one: the seq of its
+  // last started collective (else false).
+  bool started_in(uint32_t ctx, uint64_t* seq) {
+    std::lock_guard<std::mutex> g(m_);
+    for (const Member* o : members_) {
+      if (o->ctx == ctx) {
+        *seq = o->started.load();
+        return true;
+      }
+    }
+    return false;
+  }
+  int size() const { return count_.load(); }
 
   DriveLock drive;
 
@@ -95,6 +121,8 @@ class Family {
   }
 
   std::atomic<uint64_t> next_{0};
+  std::atomic<uint32_t> cur_ctx_{0};
+  std::atomic<uint64_t> cur_seq_{0};
   std::atomic<int> count_{0};
   std::atomic<int> waiters_{0};
   std::mutex m_;

@@ -72,6 +72,10 @@ class Observer {
   // The communicator broke with `cause`: dumps the recorder once (not for
   // aborts, which are local decisions).
   void broke(std::exception_ptr cause);
+  // A SHOAL_DEBUG=INFO line about the communicator.
+  void info(const std::string& text) const {
+    if (log_.info()) log_.line(DebugLevel::kInfo, text);
+  }
 
   // Writes the recorder to dump_path() (atomically: a temporary file renamed).
   // Returns false when the recorder is off or the file cannot be written.

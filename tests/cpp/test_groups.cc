@@ -256,5 +256,38 @@ TEST(Groups, CollectivesIssuedInAnotherOrderFailNamingBothInsteadOfHanging) {
   EXPECT_EQ(test::failures(res), "");
 }
 
+// The same once both communicators run in the shared arena, with the
+// parent's side message-based (a barrier) and the group's in the arena,
+// which no message reaches: the rank that waits in the arena sees, in the
+// store, that its peer is blocked in an operation it has not started.
+TEST(Groups, OrderMismatchBetweenArenaAndMessagesFailsNamingBoth) {
+  JobOptions jo;
+  jo.comm.timeout = std::chrono::seconds(30);
+  auto res = run_ranks(2, [](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    auto g = c->split({0, 1}, group_store(store, "g"));
+    float x = 1, y = 1;
+    c->allreduce(&x, &x, 1, f32, ReduceOp::kSum)->wait();
+    g->allreduce(&y, &y, 1, f32, ReduceOp::kSum)->wait();
+    SHOAL_CHECK(x == 2.0f && y == 2.0f);
+    std::string msg;
+    try {
+      if (me == 0) {
+        c->barrier()->wait();
+        g->allreduce(&y, &y, 1, f32, ReduceOp::kSum)->wait();
+      } else {
+        g->allreduce(&y, &y, 1, f32, ReduceOp::kSum)->wait();
+        c->barrier()->wait();
+      }
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    SHOAL_CHECK_MSG(msg.find("collective order mismatch") != std::string::npos &&
+                        msg.find("group 1 seq 2") != std::string::npos &&
+                        msg.find("SHOAL_GROUP_CONNECTIONS") != std::string::npos,
+                    "got '" << msg << "'");
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
 }  // namespace
 }  // namespace shoal

@@ -250,6 +250,12 @@ class Sequence {
     }
     if (s.kind != Kind::kSendRecv) {
       auto algos = coll::algorithms(coll_of(s.kind));
+      // The shared-arena algorithms need shared memory (off in TCP trials).
+      const char* shm = std::getenv("SHOAL_SHM");
+      if (shm && std::string(shm) == "0") {
+        algos.erase(std::remove_if(algos.begin(), algos.end(), [](const coll::Algorithm* a) { return a->name == "shared"; }),
+                    algos.end());
+      }
       size_t k = g_() % (algos.size() + 1);
       if (k < algos.size()) s.algo = std::string(algos[k]->name);
     }

@@ -29,6 +29,7 @@
 #include <cstring>
 
 #include "common/auth.h"
+#include "common/copy.h"
 #include "transport/transport.h"
 
 namespace shoal::transport::shm {
@@ -219,14 +220,14 @@ class Segment {
   void copy_in(uint8_t* ring, uint64_t pos, const void* src, size_t n) {
     size_t off = static_cast<size_t>(pos & (ring_bytes_ - 1));
     size_t first = n < ring_bytes_ - off ? n : ring_bytes_ - off;
-    std::memcpy(ring + off, src, first);
-    if (n > first) std::memcpy(ring, static_cast<const uint8_t*>(src) + first, n - first);
+    copy(ring + off, src, first);
+    if (n > first) copy(ring, static_cast<const uint8_t*>(src) + first, n - first);
   }
   void copy_out(const uint8_t* ring, uint64_t pos, void* dst, size_t n) const {
     size_t off = static_cast<size_t>(pos & (ring_bytes_ - 1));
     size_t first = n < ring_bytes_ - off ? n : ring_bytes_ - off;
-    std::memcpy(dst, ring + off, first);
-    if (n > first) std::memcpy(static_cast<uint8_t*>(dst) + first, ring, n - first);
+    copy(dst, ring + off, first);
+    if (n > first) copy(static_cast<uint8_t*>(dst) + first, ring, n - first);
   }
 
   Header* hdr_ = nullptr;

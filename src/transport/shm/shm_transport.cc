@@ -313,7 +313,15 @@ void ShmTransport::connect_to(Channel& c) {
   do {
     n = ::sendmsg(s.get(), &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof(hello))) lost("sending the hello: " + errno_text(errno));
+  if (n != static_cast<ssize_t>(sizeof(hello))) {
+    const int e = errno;
+    // The peer closed its listener between our connect and this send: it
+    // has exited, which is a lost peer like a refused connection.
+    if ((e == EPIPE || e == ECONNRESET) && opts_.on_lost) {
+      fail(opts_.on_lost(c.peer, "cannot connect over shared memory: sending the hello: " + errno_text(e)));
+    }
+    lost("sending the hello: " + errno_text(e));
+  }
 
   net::set_nonblocking(s.get(), true);
   c.sock = std::move(s);

@@ -1,0 +1,44 @@
+// allgather_shared.cc — allgather for ranks that share a host, directly on
+// the communicator's shared segment (shared_rounds.h): per round every rank
+// copies a piece of its block into its slot, announces it, and copies every
+// peer's piece out of their slots into place.
+//
+// Cost (p ranks, N output bytes, c = copy per byte): 1 arrival per round +
+// N/p c in + (p-1)/p N c out.
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/algorithms.h"
+#include "collectives/shared_rounds.h"
+#include "common/copy.h"
+
+namespace shoal::coll {
+
+void allgather_shared(Ctx& c, const Args& a) {
+  const int n = c.size(), me = c.rank();
+  const size_t es = a.elem();
+  char* out = static_cast<char*>(a.recv);
+  // In place (send == recv): the data is already at this rank's block.
+  const char* mine = a.in_place() ? out + a.count * es * static_cast<size_t>(me) : static_cast<const char*>(a.send);
+  char* own_block = out + a.count * es * static_cast<size_t>(me);
+  if (n == 1) {
+    if (mine != own_block) copy(own_block, mine, a.count * es);
+    return;
+  }
+  auto& arena = arena_of(c, Coll::kAllgather);
+  const size_t per_round = slot_elems(arena, es);
+  for (size_t off = 0; off < a.count; off += per_round) {
+    const size_t len = std::min(per_round, a.count - off);
+    c.begin_round();
+    copy(arena.slot(me), mine + off * es, len * es);
+    arena.arrive(1);
+    if (mine != own_block) copy(own_block + off * es, mine + off * es, len * es);
+    arena.wait_all(1, c.deadline());
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      copy(out + (a.count * static_cast<size_t>(q) + off) * es, arena.slot(q), len * es);
+    }
+  }
+}
+
+}  // namespace shoal::coll

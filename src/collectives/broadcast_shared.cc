@@ -1,0 +1,34 @@
+// broadcast_shared.cc — broadcast for ranks that share a host, directly on
+// the communicator's shared segment (shared_rounds.h): per round the root
+// copies a piece into its slot and every rank copies it out once the root
+// (and, for the double buffering, every rank) has arrived.
+//
+// Cost (p ranks, n bytes, c = copy per byte): 1 arrival per round + n c at
+// the root and n c at every other rank, in parallel.
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/algorithms.h"
+#include "collectives/shared_rounds.h"
+#include "common/copy.h"
+
+namespace shoal::coll {
+
+void broadcast_shared(Ctx& c, const Args& a) {
+  const int n = c.size(), me = c.rank();
+  const size_t es = a.elem();
+  char* buf = static_cast<char*>(a.recv);
+  if (n == 1) return;
+  auto& arena = arena_of(c, Coll::kBroadcast);
+  const size_t per_round = slot_elems(arena, es);
+  for (size_t off = 0; off < a.count; off += per_round) {
+    const size_t len = std::min(per_round, a.count - off);
+    c.begin_round();
+    if (me == a.root) copy(arena.slot(me), buf + off * es, len * es);
+    arena.arrive(1);
+    arena.wait_all(1, c.deadline());
+    if (me != a.root) copy(buf + off * es, arena.slot(a.root), len * es);
+  }
+}
+
+}  // namespace shoal::coll

@@ -1,0 +1,121 @@
+// transport/shm/host_arena.h — one shared segment for all ranks of a
+// communicator that live on one host, for collectives that work directly on
+// shared buffers (src/collectives/*_shared.cc).
+//
+// Layout: a header page; one control block per rank (its arrival counter,
+// the number of ranks asleep on it, and the fingerprint of its current
+// operation); then per rank two data slots of `slot_bytes` each.
+//
+// Rounds: an operation is one or more rounds (a large one is cut into
+// slot-sized pieces). Every rank counts rounds alike, so round k uses slot
+// buffer k % 2 on every rank. In round k a rank announces phase 1 (its data
+// is in its slot) and phase 2 (its share of the result is in its slot) by
+// storing 2k+1 and 2k+2 in its counter; a rank waits for a phase of every
+// peer, or of one. Every round includes a wait for phase 1 of every peer, so
+// a rank that enters round k+2 knows all peers have left round k: the
+// buffer it is about to overwrite is no longer read (double buffering).
+//
+// Waiting spins for `spin_us`, then sleeps on the peer's counter (a futex
+// on shared memory; the arriving side wakes sleepers only when some are
+// registered). While asleep it looks, every `abort_poll_ms`, at the
+// communicator's abort record and at whether the peer's process is gone.
+//
+// The segment is an anonymous memfd made by the host's first rank; the
+// others open it through /proc/<pid>/fd/<fd> while that rank holds it open,
+// so it has no name anywhere and the kernel frees it when the last rank
+// unmaps it, also after SIGKILL.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace shoal::transport::shm {
+
+struct ArenaHooks {
+  // The communicator's cause when it is broken or aborted (cheap, any thread).
+  std::function<std::exception_ptr()> broken;
+  // Another rank's published cause, else null (a store lookup).
+  std::function<std::exception_ptr()> check_abort;
+  // A cause when `peer`'s process on this machine has exited, else null.
+  std::function<std::exception_ptr(int peer)> peer_gone;
+  // A cause when `peer` is blocked in another operation that this rank has
+  // not started (operations issued in different orders), else null.
+  std::function<std::exception_ptr(int peer)> order_check;
+  // The error for a wait that reached its deadline, given what it waited for.
+  std::function<std::exception_ptr(const std::string& waiting)> timed_out;
+  std::function<std::string(const Fingerprint&)> describe_fp;
+  int abort_poll_ms = 250;
+};
+
+class HostArena {
+ public:
+  ~HostArena();
+  HostArena(const HostArena&) = delete;
+  HostArena& operator=(const HostArena&) = delete;
+
+  // Rank 0: makes the segment for `size` ranks. Null (and `why`) on failure.
+  static std::unique_ptr<HostArena> create(int rank, int size, uint64_t job, size_t slot_bytes,
+                                           std::string* why);
+  // "<pid> <fd>": where the other ranks find it (while this one keeps it open).
+  std::string where() const;
+  // The others: opens and maps the segment rank 0 made, checking it is the
+  // one of this job.
+  static std::unique_ptr<HostArena> attach(int rank, int size, uint64_t job, const std::string& where,
+                                           std::string* why);
+  // Once every rank has it mapped: the descriptor is no longer needed.
+  void close_fd();
+
+  void set_hooks(ArenaHooks h) { hooks_ = std::move(h); }
+  void set_spin(int us, bool yield) {
+    spin_us_ = us;
+    spin_yield_ = yield;
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t slot_bytes() const { return slot_bytes_; }
+
+  // Starts the next round of operation `seq` (every rank passes the same
+  // `seq` and `fp`; a peer that does not is a Mismatch once seen).
+  void begin(uint64_t seq, const Fingerprint& fp);
+  // Rank r's slot of the current round.
+  char* slot(int r) const;
+  // Announces `phase` (1 or 2) of the current round.
+  void arrive(int phase);
+  // Waits until every peer (or `peer`) has announced `phase` of the current
+  // round. Throws the communicator's cause, PeerLost, Mismatch, or the
+  // timed_out error at `deadline`.
+  void wait_all(int phase, Clock::time_point deadline);
+  void wait_one(int peer, int phase, Clock::time_point deadline);
+
+ private:
+  struct Control;
+  HostArena(int rank, int size, size_t slot_bytes, void* map, size_t map_bytes, int fd);
+  Control& ctl(int r) const;
+  void sleep_on(int peer, uint32_t target, Clock::time_point deadline);
+  void check_peer(int peer);
+  [[noreturn]] void fail_wait(int peer, uint32_t target);
+
+  int rank_, size_;
+  size_t slot_bytes_;
+  void* map_;
+  size_t map_bytes_;
+  int fd_;
+  char* ctl_base_ = nullptr;
+  char* data_ = nullptr;
+  uint64_t round_ = 0;  // rounds begun (the current one is round_ - 1)
+  uint64_t seq_ = 0;
+  Fingerprint fp_;
+  int spin_us_ = 200;
+  bool spin_yield_ = false;
+  ArenaHooks hooks_;
+};
+
+}  // namespace shoal::transport::shm

@@ -1,0 +1,245 @@
+// test_arena.cc — the *_shared algorithms and the segment they share
+// (transport/shm/host_arena.h): results over many rounds and through the
+// sleeping path, who gets them by default, and their failures: a timeout
+// and an abort inside a round, a forced algorithm without an arena, and a
+// rank killed mid-round (named by every survivor within 2 s, nothing left
+// in /dev/shm).
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "errors_util.h"
+#include "harness.h"
+
+namespace shoal {
+namespace {
+
+using test::JobOptions;
+using test::run_ranks;
+
+constexpr DataType f32 = DataType::kFloat32;
+constexpr DataType f64 = DataType::kFloat64;
+
+using test::capture;
+using test::code;
+using test::message;
+using test::mono_ns;
+
+
+OpOptions shared() {
+  OpOptions o;
+  o.algorithm = "shared";
+  return o;
+}
+
+// Value of element i at rank r (small integers: exact in float64).
+double v(int r, size_t i) { return static_cast<double>((i * 7 + static_cast<size_t>(r) * 3) % 13); }
+
+// All five collectives, forced onto the arena, with slots of 4 KiB so that
+// every call runs many rounds, at counts that do not divide evenly.
+void every_collective_in_many_rounds(int n, const std::map<std::string, std::string>& env) {
+  JobOptions jo;
+  jo.env = env;
+  jo.env["SHOAL_SHM_ARENA_BYTES"] = "4096";
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    for (size_t count : {size_t{1}, size_t{511}, size_t{3001}, size_t{20011}}) {
+      std::vector<double> in(count), out(count, -1), all(count * static_cast<size_t>(n), -1);
+      for (size_t i = 0; i < count; ++i) in[i] = v(me, i);
+      auto sum = [&](size_t i) {
+        double s = 0;
+        for (int r = 0; r < n; ++r) s += v(r, i);
+        return s;
+      };
+      c->allreduce(in.data(), out.data(), count, f64, ReduceOp::kSum, shared())->wait();
+      for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(out[i] == sum(i), "allreduce " << count << " i=" << i);
+
+      std::vector<double> red(count, -1);
+      const int root = static_cast<int>(count % static_cast<size_t>(n));
+      c->reduce(in.data(), red.data(), count, f64, ReduceOp::kSum, root, shared())->wait();
+      if (me == root) {
+        for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(red[i] == sum(i), "reduce " << count << " i=" << i);
+      }
+
+      std::vector<double> b = me == root ? in : std::vector<double>(count, -1);
+      c->broadcast(b.data(), count, f64, root, shared())->wait();
+      for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(b[i] == v(root, i), "broadcast " << count << " i=" << i);
+
+      c->allgather(in.data(), all.data(), count, f64, shared())->wait();
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) {
+          SHOAL_CHECK_MSG(all[static_cast<size_t>(r) * count + i] == v(r, i), "allgather " << count << " r=" << r);
+        }
+      }
+
+      // reduce_scatter: element j of the full vector is v(rank, j).
+      std::vector<double> full(count * static_cast<size_t>(n)), mine(count, -1);
+      for (size_t j = 0; j < full.size(); ++j) full[j] = v(me, j);
+      c->reduce_scatter(full.data(), mine.data(), count, f64, ReduceOp::kSum, shared())->wait();
+      for (size_t i = 0; i < count; ++i) {
+        SHOAL_CHECK_MSG(mine[i] == sum(static_cast<size_t>(me) * count + i), "reduce_scatter " << count);
+      }
+    }
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
+TEST(Arena, EveryCollectiveInManyRounds) { every_collective_in_many_rounds(3, {}); }
+
+// With no spinning every wait goes to sleep on the peer's counter and is
+// woken by its arrival: the futex path, over many operations.
+TEST(Arena, EveryCollectiveThroughTheSleepingPath) { every_collective_in_many_rounds(4, {{"SHOAL_SPIN_US", "0"}}); }
+
+// One host: the arena is what a small and a large allreduce choose.
+TEST(Arena, ChosenByDefaultOnOneHost) {
+  JobOptions jo;
+  jo.env["SHOAL_DEBUG"] = "INFO";
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    std::vector<float> x(1 << 20, static_cast<float>(me + 1));
+    c->allreduce(x.data(), x.data(), 2, f32, ReduceOp::kSum)->wait();
+    c->allreduce(x.data(), x.data(), x.size(), f32, ReduceOp::kSum)->wait();
+    SHOAL_CHECK(x[0] == 6.0f && x[5] == 3.0f);
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(res[r].output.find("shared-memory arena of 2 ranks"), std::string::npos) << res[r].output;
+    EXPECT_NE(res[r].output.find("allreduce of 8 B, size class [8 B, 16 B): algorithm shared"), std::string::npos)
+        << res[r].output;
+    EXPECT_NE(res[r].output.find("allreduce of 4194304 B"), std::string::npos) << res[r].output;
+    EXPECT_EQ(res[r].output.find("algorithm ring"), std::string::npos) << res[r].output;
+  }
+}
+
+// Forced onto the arena where there is none (ranks on two "hosts", or the
+// arena turned off): an argument error on every rank, naming the reason.
+void forced_without_arena(const std::string& knob, const std::string& value0, const std::string& value1) {
+  JobOptions jo;
+  jo.create_comm = false;
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>&, int me, int, const std::shared_ptr<Store>& store) {
+    setenv(knob.c_str(), (me == 0 ? value0 : value1).c_str(), 1);
+    auto c = Communicator::create(store, me, 2, Options{});
+    float x = 1;
+    c->allreduce(&x, &x, 1, f32, ReduceOp::kSum)->wait();  // the table's choice: works
+    SHOAL_CHECK(x == 2.0f);
+    auto err = capture([&] { c->allreduce(&x, &x, 1, f32, ReduceOp::kSum, shared())->wait(); });
+    SHOAL_CHECK_MSG(err != nullptr, "rank " << me << ": forced shared ran without an arena");
+    if (err) {
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kInvalidArgument, message(err));
+      SHOAL_CHECK_MSG(message(err).find("algorithm 'shared' needs every rank") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(message(err).find("shoal rank " + std::to_string(me)) != std::string::npos, message(err));
+    }
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
+TEST(Arena, ForcedWithoutArenaFailsOnEveryRank) {
+  forced_without_arena("SHOAL_SHM_ARENA_BYTES", "0", "0");
+  forced_without_arena("SHOAL_HOST_ID", "host-a", "host-b");
+}
+
+// A rank that stops taking part after the arena is set up: the other's
+// wait inside a round times out, naming it and what it waited for.
+TEST(Arena, TimeoutInsideARoundNamesTheRank) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    float x = 1;
+    c->allreduce(&x, &x, 1, f32, ReduceOp::kSum)->wait();
+    if (me == 1) {
+      store->get("rank0_done");  // never joins the second allreduce
+      return;
+    }
+    OpOptions o = shared();
+    o.timeout = std::chrono::milliseconds(300);
+    auto t0 = mono_ns();
+    auto err = capture([&] { c->allreduce(&x, &x, 1, f32, ReduceOp::kSum, o)->wait(); });
+    double ms = (mono_ns() - t0) / 1e6;
+    SHOAL_CHECK(err != nullptr);
+    if (err) {
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
+      SHOAL_CHECK_MSG(message(err).find("rank 1") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(message(err).find("shared-memory round of seq 2") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(ms >= 290 && ms < 5000, "took " << ms << " ms");
+    }
+    store->set_str("rank0_done", "1");
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// abort() from another thread ends a wait inside a round at once.
+TEST(Arena, AbortEndsAWaitInsideARound) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    float x = 1;
+    c->allreduce(&x, &x, 1, f32, ReduceOp::kSum)->wait();
+    if (me == 1) {
+      store->get("aborted");
+      return;
+    }
+    auto w = c->allreduce(&x, &x, 1, f32, ReduceOp::kSum, shared());
+    SHOAL_CHECK(!w->wait_for(std::chrono::milliseconds(50)));  // rank 1 is not there
+    auto t0 = mono_ns();
+    c->abort("test says stop");
+    auto err = capture([&] { w->wait(); });
+    double ms = (mono_ns() - t0) / 1e6;
+    SHOAL_CHECK(err && code(err) == ErrorCode::kAborted);
+    SHOAL_CHECK(err && message(err).find("test says stop") != std::string::npos);
+    SHOAL_CHECK_MSG(ms < 1000, "abort took " << ms << " ms");
+    store->set_str("aborted", "1");
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+std::vector<std::string> dev_shm() {
+  std::vector<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) out.emplace_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A rank SIGKILLed while the others loop on small arena allreduces (which
+// never touch a socket): every survivor names it within 2 s.
+TEST(Arena, KilledRankIsNamedByEverySurvivor) {
+  const int n = 3, victim = 1;
+  const auto shm_before = dev_shm();
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    float x = 1;
+    c->allreduce(&x, &x, 1, f32, ReduceOp::kSum)->wait();  // the arena is set up
+    if (me == victim) {
+      std::printf("KILLED_AT %lld\n", static_cast<long long>(mono_ns()));
+      std::fflush(stdout);
+      raise(SIGKILL);
+    }
+    std::exception_ptr err;
+    for (int i = 0; i < 1000000 && !err; ++i) {
+      err = capture([&] { c->allreduce(&x, &x, 1, f32, ReduceOp::kMax, shared())->wait(); });
+    }
+    std::printf("ERROR_AT %lld\n", static_cast<long long>(mono_ns()));
+    SHOAL_CHECK_MSG(err != nullptr, "no error after the victim died");
+    if (!err) return;
+    SHOAL_CHECK_MSG(code(err) == ErrorCode::kPeerLost, message(err));
+    SHOAL_CHECK_MSG(message(err).find("peer lost: rank 1") != std::string::npos, message(err));
+  });
+  ASSERT_EQ(res[victim].signal, SIGKILL) << res[victim].output;
+  std::smatch k;
+  ASSERT_TRUE(std::regex_search(res[victim].output, k, std::regex("KILLED_AT (\\d+)")));
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    EXPECT_EQ(res[r].exit_code, 0) << res[r].output;
+    std::smatch e;
+    ASSERT_TRUE(std::regex_search(res[r].output, e, std::regex("ERROR_AT (\\d+)"))) << res[r].output;
+    EXPECT_LT(std::stoll(e[1]) - std::stoll(k[1]), 2000000000) << res[r].output;
+  }
+  EXPECT_EQ(dev_shm(), shm_before) << "files left in /dev/shm";
+}
+
+}  // namespace
+}  // namespace shoal
