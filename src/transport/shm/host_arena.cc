@@ -23,6 +23,8 @@ constexpr uint32_t kArenaMagic = 0x53484152;  // "SHAR"
 constexpr uint32_t kArenaVersion = 1;
 constexpr size_t kPage = 4096;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
+// Spinning holds the core for this long, then yields it between polls.
+constexpr auto kYieldAfter = std::chrono::microseconds(10);
 
 struct ArenaHeader {
   uint32_t magic;
@@ -205,9 +207,10 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
   Control& c = ctl(peer);
   uint32_t v = c.flag.load(std::memory_order_acquire);
   if (!reached(v, target)) {
-    Clock::time_point until{};
+    Clock::time_point until{}, yield_from{};
+    bool yielding = spin_yield_;
     for (unsigned i = 1;; ++i) {
-      if (spin_yield_) {
+      if (yielding) {
         sched_yield();
       } else {
         cpu_relax();
@@ -221,7 +224,13 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
         const auto now = Clock::now();
         if (until == Clock::time_point{}) {
           until = now + std::chrono::microseconds(spin_us_);
-        } else if (now >= until) {
+          yield_from = now + kYieldAfter;
+        } else if (now >= yield_from) {
+          // The peer may be waiting for this very core (the scheduler puts a
+          // woken rank beside its waker): give it the core between polls.
+          yielding = true;
+        }
+        if (now >= until && until != Clock::time_point{} && i > 64) {
           sleep_on(peer, target, deadline);
           v = c.flag.load(std::memory_order_acquire);
           break;
