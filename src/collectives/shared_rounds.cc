@@ -1,11 +1,11 @@
 // collectives/shared_rounds.cc — see shared_rounds.h.
 #include "collectives/shared_rounds.h"
-#include "common/copy.h"
 
-#include <cstring>
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "collectives/patterns/partition.h"
 #include "common/copy.h"
 #include "kernels/reduce.h"
 #include "shoal/error.h"
@@ -28,27 +28,45 @@ void reduce_all(const Args& a, char* dst, const char* const* srcs, int n, size_t
   for (int q = 2; q < n; ++q) kernels::reduce_inplace(a.dt, a.op, dst, srcs[q], len);
 }
 
-patterns::Range reduce_own_slice(Ctx& c, const Args& a, size_t len) {
-  auto& arena = *c.arena();
+void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
   const int n = c.size(), me = c.rank();
   const size_t es = a.elem();
-  const patterns::Range mine = patterns::block(len, n, me);
-  std::vector<const char*> slice(static_cast<size_t>(n));
-  char* own = arena.slot(me) + mine.off * es;
-  slice[0] = own;
-  for (int q = 0, k = 1; q < n; ++q) {
-    if (q != me) slice[static_cast<size_t>(k++)] = arena.slot(q) + mine.off * es;
+  const char* in = static_cast<const char*>(a.send);
+  char* out = static_cast<char*>(a.recv);
+  const bool wants = root < 0 || me == root;
+  if (n == 1) {
+    if (!a.in_place()) copy(out, in, a.count * es);
+    return;
   }
-  reduce_all(a, own, slice.data(), n, mine.len);
-  return mine;
-}
-
-void copy_reduced_slices(Ctx& c, const Args& a, size_t len, char* dst) {
-  auto& arena = *c.arena();
-  const size_t es = a.elem();
-  for (int q = 0; q < c.size(); ++q) {
-    const patterns::Range b = patterns::block(len, c.size(), q);
-    copy(dst + b.off * es, arena.slot(q) + b.off * es, b.len * es);
+  auto& arena = arena_of(c, coll);
+  const size_t per_round = slot_elems(arena, es);
+  std::vector<const char*> srcs(static_cast<size_t>(n)), slice(static_cast<size_t>(n));
+  for (size_t off = 0; off < a.count; off += per_round) {
+    const size_t len = std::min(per_round, a.count - off);
+    char* dst = out + off * es;
+    c.begin_round();
+    for (int q = 0; q < n; ++q) srcs[static_cast<size_t>(q)] = arena.slot(q);
+    copy(arena.slot(me), in + off * es, len * es);
+    arena.arrive(1);
+    arena.wait_all(1, c.deadline());
+    if (len * es * static_cast<size_t>(n) <= kSharedOnePhaseBytes) {
+      if (wants) reduce_all(a, dst, srcs.data(), n, len);
+      continue;
+    }
+    const patterns::Range mine = patterns::block(len, n, me);
+    char* own = arena.slot(me) + mine.off * es;
+    slice[0] = own;
+    for (int q = 0, k = 1; q < n; ++q) {
+      if (q != me) slice[static_cast<size_t>(k++)] = srcs[static_cast<size_t>(q)] + mine.off * es;
+    }
+    reduce_all(a, own, slice.data(), n, mine.len);
+    arena.arrive(2);
+    if (!wants) continue;
+    arena.wait_all(2, c.deadline());
+    for (int q = 0; q < n; ++q) {
+      const patterns::Range b = patterns::block(len, n, q);
+      copy(dst + b.off * es, srcs[static_cast<size_t>(q)] + b.off * es, b.len * es);
+    }
   }
 }
 

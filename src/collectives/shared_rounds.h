@@ -14,7 +14,6 @@
 #include <cstddef>
 
 #include "collectives/coll.h"
-#include "collectives/patterns/partition.h"
 
 namespace shoal::coll {
 
@@ -31,12 +30,13 @@ transport::shm::HostArena& arena_of(Ctx& c, Coll coll);
 // elements; dst may alias srcs[0] exactly. n >= 1.
 void reduce_all(const Args& a, char* dst, const char* const* srcs, int n, size_t len);
 
-// Two-phase rounds of allreduce and reduce (`len` elements in every slot):
-// reduces this rank's slice, patterns::block(len, p, rank), in place in its
-// own slot, its own data first, then the others' in rank order.
-patterns::Range reduce_own_slice(Ctx& c, const Args& a, size_t len);
-// ... and, after phase 2, copies every rank's reduced slice to `dst`.
-void copy_reduced_slices(Ctx& c, const Args& a, size_t len, char* dst);
+// Allreduce (root < 0) and reduce (the result at `root` only), in rounds:
+// every rank copies its piece into its slot (phase 1); a small piece is then
+// reduced whole, in rank order, by every rank that wants the result; a
+// larger one slice by slice, each rank its own slice in place in its slot,
+// own data first (phase 2), and the ranks that want the result copy every
+// slice out.
+void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root);
 
 // Elements of `es` bytes that fit one slot `parts` times (at least 1).
 size_t slot_elems(const transport::shm::HostArena& arena, size_t es, size_t parts = 1);

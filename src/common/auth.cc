@@ -23,37 +23,6 @@ constexpr size_t kX25519Bytes = 32;
 constexpr size_t kIvBytes = 12;
 constexpr size_t kTagBytes = 16;
 
-std::string to_hex(const uint8_t* p, size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  std::string s(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    s[2 * i] = digits[p[i] >> 4];
-    s[2 * i + 1] = digits[p[i] & 15];
-  }
-  return s;
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Hex to bytes; false when malformed.
-bool decode_hex(std::string_view h, std::vector<uint8_t>* out) {
-  while (!h.empty() && std::isspace(static_cast<unsigned char>(h.front()))) h.remove_prefix(1);
-  while (!h.empty() && std::isspace(static_cast<unsigned char>(h.back()))) h.remove_suffix(1);
-  if (h.size() % 2 != 0) return false;
-  out->resize(h.size() / 2);
-  for (size_t i = 0; i < out->size(); ++i) {
-    int hi = hex_value(h[2 * i]), lo = hex_value(h[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    (*out)[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
-  return true;
-}
-
 void put_le(std::vector<uint8_t>* b, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
@@ -123,6 +92,39 @@ std::array<uint8_t, 32> seal_key(EVP_PKEY* mine, const uint8_t* theirs_pub, cons
 }
 
 }  // namespace
+
+std::string to_hex(const uint8_t* p, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = digits[p[i] >> 4];
+    s[2 * i + 1] = digits[p[i] & 15];
+  }
+  return s;
+}
+
+namespace {
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+}  // namespace
+
+bool decode_hex(std::string_view h, std::vector<uint8_t>* out) {
+  while (!h.empty() && std::isspace(static_cast<unsigned char>(h.front()))) h.remove_prefix(1);
+  while (!h.empty() && std::isspace(static_cast<unsigned char>(h.back()))) h.remove_suffix(1);
+  if (h.size() % 2 != 0) return false;
+  out->resize(h.size() / 2);
+  for (size_t i = 0; i < out->size(); ++i) {
+    int hi = hex_value(h[2 * i]), lo = hex_value(h[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    (*out)[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
 
 // ---- the secret ----------------------------------------------------------
 

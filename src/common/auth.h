@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace shoal::auth {
 
@@ -49,6 +50,11 @@ class Secret {
   std::array<uint8_t, kMaxSecretBytes> key_{};
   size_t size_ = 0;
 };
+
+// Lower-case hex of n bytes, and back (surrounding white space ignored;
+// false when malformed).
+std::string to_hex(const uint8_t* p, size_t n);
+bool decode_hex(std::string_view h, std::vector<uint8_t>* out);
 
 // Cryptographically random bytes; throws InternalError when the generator fails.
 void random_bytes(void* out, size_t n);

@@ -12,33 +12,22 @@
 // alike everywhere; when it cannot be had (a kernel or container that
 // forbids opening another process's descriptors) the job goes on with the
 // message-based algorithms and SHOAL_DEBUG=INFO says why.
-#include <cstdio>
+#include <algorithm>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/communicator_impl.h"
 
 namespace shoal {
 namespace {
 
-std::string to_hex(const uint8_t* p, size_t n) {
-  std::string s;
-  char b[3];
-  for (size_t i = 0; i < n; ++i) {
-    std::snprintf(b, sizeof(b), "%02x", p[i]);
-    s += b;
-  }
-  return s;
-}
-
+// Exactly N bytes from hex (auth::decode_hex).
 template <size_t N>
 bool from_hex(const std::string& s, std::array<uint8_t, N>* out) {
-  if (s.size() != 2 * N) return false;
-  for (size_t i = 0; i < N; ++i) {
-    unsigned v = 0;
-    if (std::sscanf(s.c_str() + 2 * i, "%2x", &v) != 1) return false;
-    (*out)[i] = static_cast<uint8_t>(v);
-  }
+  std::vector<uint8_t> b;
+  if (!auth::decode_hex(s, &b) || b.size() != N) return false;
+  std::copy(b.begin(), b.end(), out->begin());
   return true;
 }
 
@@ -88,8 +77,8 @@ void CommunicatorImpl::setup_arena(transport::Clock::time_point deadline) {
     const auth::Nonce nonce = auth::fresh_nonce();
     arena_ = HostArena::create(0, size_, uid_, arena_bytes_, &why);
     const auth::Mac mac = auth::prove(secret, auth::Role::kConnector, arena_transcript(uid_, size_, 0, nonce));
-    store_->set_str("arena/where", arena_ ? arena_->where() + " " + to_hex(nonce.data(), nonce.size()) + " " +
-                                                to_hex(mac.data(), mac.size())
+    store_->set_str("arena/where", arena_ ? arena_->where() + " " + auth::to_hex(nonce.data(), nonce.size()) + " " +
+                                                auth::to_hex(mac.data(), mac.size())
                                           : "-");
     verdict = arena_ ? "1" : "rank 0: " + why;
     for (int r = 1; r < size_; ++r) {
@@ -128,7 +117,7 @@ void CommunicatorImpl::setup_arena(transport::Clock::time_point deadline) {
       answer = "0 " + why;
     } else {
       const auth::Mac mine = auth::prove(secret, auth::Role::kAcceptor, arena_transcript(uid_, size_, rank_, nonce));
-      answer = "1 " + to_hex(mine.data(), mine.size());
+      answer = "1 " + auth::to_hex(mine.data(), mine.size());
     }
     store_->set_str("arena/ok/" + std::to_string(rank_), answer);
     await_arena_key("arena/verdict", 0, deadline);

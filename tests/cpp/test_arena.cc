@@ -10,7 +10,9 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <regex>
 #include <string>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "errors_util.h"
+#include "common/copy.h"
 #include "harness.h"
 
 namespace shoal {
@@ -239,6 +242,32 @@ TEST(Arena, KilledRankIsNamedByEverySurvivor) {
     EXPECT_LT(std::stoll(e[1]) - std::stoll(k[1]), 2000000000) << res[r].output;
   }
   EXPECT_EQ(dev_shm(), shm_before) << "files left in /dev/shm";
+}
+
+// shoal::copy, which every slot copy goes through, copies exactly like
+// memcpy at every gap between destination and source modulo a page (its
+// own loop for gaps 1-63, memcpy otherwise) and every size around its
+// thresholds, without touching a byte outside the destination.
+TEST(Copy, EqualsMemcpyAtEveryGapAndSize) {
+  std::vector<uint8_t> src(3 * 4096 + 300), dst(src.size() + 2 * 4096), want;
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  int own_loop = 0;
+  for (size_t gap : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{63}, size_t{64}, size_t{2048}}) {
+    for (size_t n : {size_t{0}, size_t{63}, size_t{2048}, size_t{2049}, size_t{4096 + 37}, src.size()}) {
+      // Destination `gap` bytes after the source modulo 4 KiB.
+      const uintptr_t s = reinterpret_cast<uintptr_t>(src.data());
+      const uintptr_t base = (reinterpret_cast<uintptr_t>(dst.data()) + 4095) & ~uintptr_t{4095};
+      uint8_t* d = reinterpret_cast<uint8_t*>(base + ((s + gap) & 4095));
+      ASSERT_LE(d + n + 1, dst.data() + dst.size());
+      std::fill(dst.begin(), dst.end(), 0xAB);
+      want = dst;
+      std::memcpy(want.data() + (d - dst.data()), src.data(), n);
+      own_loop += copy_avoids_rep_movsb(d, src.data(), n);
+      copy(d, src.data(), n);
+      EXPECT_EQ(dst, want) << "gap " << gap << " bytes " << n;
+    }
+  }
+  EXPECT_EQ(own_loop, 12);  // gaps 1, 15, 16 and 63 at the three sizes above 2048
 }
 
 }  // namespace

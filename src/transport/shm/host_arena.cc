@@ -222,15 +222,15 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
           if (auto e = hooks_.broken()) std::rethrow_exception(e);
         }
         const auto now = Clock::now();
-        if (until == Clock::time_point{}) {
+        if (i == 64) {  // the first look at the clock starts both windows
           until = now + std::chrono::microseconds(spin_us_);
           yield_from = now + kYieldAfter;
-        } else if (now >= yield_from) {
-          // The peer may be waiting for this very core (the scheduler puts a
-          // woken rank beside its waker): give it the core between polls.
-          yielding = true;
+          continue;
         }
-        if (now >= until && until != Clock::time_point{} && i > 64) {
+        // The peer may be waiting for this very core (the scheduler puts a
+        // woken rank beside its waker): give it the core between polls.
+        if (now >= yield_from) yielding = true;
+        if (now >= until) {
           sleep_on(peer, target, deadline);
           v = c.flag.load(std::memory_order_acquire);
           break;
