@@ -22,6 +22,7 @@
 // pending and later operation fails fast with the same cause.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -105,12 +106,24 @@ class Work {
   explicit Work(uint64_t seq) : seq_(seq) {}
   void finish(std::exception_ptr err, int source = -1);
   void set_helper(std::function<bool(const Work&)> help) { help_ = std::move(help); }
+  // Makes a finished Work that nobody else holds new again, for `seq` (no
+  // lock: no other thread can reach it).
+  void reset(uint64_t seq) {
+    seq_ = seq;
+    done_ = false;
+    finished_.store(false, std::memory_order_relaxed);
+    error_ = nullptr;
+    source_ = -1;
+  }
 
  private:
   uint64_t seq_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;                          // GUARDED_BY(mu_)
+  // done_, readable without the lock: once true, error_ and source_ no
+  // longer change (set after them, with release order).
+  std::atomic<bool> finished_{false};
   std::exception_ptr error_;                   // GUARDED_BY(mu_)
   int source_ = -1;                            // GUARDED_BY(mu_)
   std::vector<std::function<void()>> hooks_;   // GUARDED_BY(mu_)

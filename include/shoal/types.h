@@ -40,7 +40,13 @@ enum class ReduceOp : uint8_t {
 };
 inline constexpr int kNumReduceOps = 9;
 
-size_t dtype_size(DataType dt);
+[[noreturn]] void bad_dtype(DataType dt);  // throws InvalidArgument
+inline size_t dtype_size(DataType dt) {
+  constexpr size_t kSizes[kNumDataTypes] = {2, 2, 4, 8, 1, 1, 4, 8, 1};
+  const auto i = static_cast<size_t>(dt);
+  if (i >= static_cast<size_t>(kNumDataTypes)) bad_dtype(dt);
+  return kSizes[i];
+}
 std::string_view dtype_name(DataType dt);
 std::string_view reduce_op_name(ReduceOp op);
 bool is_floating(DataType dt);

@@ -27,7 +27,7 @@ void reduce_scatter_shared(Ctx& c, const Args& a) {
   }
   auto& arena = arena_of(c, Coll::kReduceScatter);
   const size_t per_round = slot_elems(arena, es, static_cast<size_t>(n));
-  std::vector<const char*> srcs(static_cast<size_t>(n));
+  RankPtrs srcs(n);
   for (size_t off = 0; off < a.count; off += per_round) {
     const size_t len = std::min(per_round, a.count - off);
     c.begin_round();
@@ -41,7 +41,7 @@ void reduce_scatter_shared(Ctx& c, const Args& a) {
     arena.arrive(1);
     arena.wait_all(1, c.deadline());
     for (int q = 0; q < n; ++q) {
-      srcs[static_cast<size_t>(q)] = q == me ? in + (a.count * static_cast<size_t>(me) + off) * es
+      srcs[q] = q == me ? in + (a.count * static_cast<size_t>(me) + off) * es
                                              : arena.slot(q) + static_cast<size_t>(me) * len * es;
     }
     reduce_all(a, out + off * es, srcs.data(), n, len);

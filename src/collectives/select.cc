@@ -39,7 +39,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     }
     case Coll::kBroadcast: {
       const size_t bytes = a.count * elem;
-      if (arena && bytes <= 32768 * KiB) return must(c, "shared");
+      if (arena) return must(c, "shared");
       if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
       if (bytes <= 8192 * KiB) return must(c, "scatter_allgather");
       return must(c, "chain");
@@ -52,7 +52,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     }
     case Coll::kAllgather: {
       const size_t bytes = a.count * elem * static_cast<size_t>(size);
-      if (arena && bytes <= 16384 * KiB) return must(c, "shared");
+      if (arena) return must(c, "shared");
       if (bytes <= 64 * KiB && size > 2) return must(c, "bruck");
       if (one_host && size > 2) return must(c, "direct");
       return must(c, "ring");

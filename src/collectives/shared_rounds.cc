@@ -1,6 +1,8 @@
 // collectives/shared_rounds.cc — see shared_rounds.h.
 #include "collectives/shared_rounds.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -11,6 +13,22 @@
 #include "shoal/error.h"
 
 namespace shoal::coll {
+
+bool streams(size_t output_bytes, int ranks) {
+  static const size_t half_cache = [] {
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return l3 > 0 ? static_cast<size_t>(l3) / 2 : size_t{16} << 20;
+  }();
+  return output_bytes * static_cast<size_t>(ranks) >= half_cache;
+}
+
+void copy_out(void* dst, const void* src, size_t n, bool stream) {
+  if (stream) {
+    copy_stream(dst, src, n);
+  } else {
+    copy(dst, src, n);
+  }
+}
 
 transport::shm::HostArena& arena_of(Ctx& c, Coll coll) {
   if (auto* a = c.arena()) return *a;
@@ -40,12 +58,13 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
   }
   auto& arena = arena_of(c, coll);
   const size_t per_round = slot_elems(arena, es);
-  std::vector<const char*> srcs(static_cast<size_t>(n)), slice(static_cast<size_t>(n));
+  const bool stream = streams(a.count * es, n);
+  RankPtrs srcs(n), slice(n);
   for (size_t off = 0; off < a.count; off += per_round) {
     const size_t len = std::min(per_round, a.count - off);
     char* dst = out + off * es;
     c.begin_round();
-    for (int q = 0; q < n; ++q) srcs[static_cast<size_t>(q)] = arena.slot(q);
+    for (int q = 0; q < n; ++q) srcs[q] = arena.slot(q);
     copy(arena.slot(me), in + off * es, len * es);
     arena.arrive(1);
     arena.wait_all(1, c.deadline());
@@ -57,7 +76,7 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
     char* own = arena.slot(me) + mine.off * es;
     slice[0] = own;
     for (int q = 0, k = 1; q < n; ++q) {
-      if (q != me) slice[static_cast<size_t>(k++)] = srcs[static_cast<size_t>(q)] + mine.off * es;
+      if (q != me) slice[k++] = srcs[q] + mine.off * es;
     }
     reduce_all(a, own, slice.data(), n, mine.len);
     arena.arrive(2);
@@ -65,7 +84,7 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
     arena.wait_all(2, c.deadline());
     for (int q = 0; q < n; ++q) {
       const patterns::Range b = patterns::block(len, n, q);
-      copy(dst + b.off * es, srcs[static_cast<size_t>(q)] + b.off * es, b.len * es);
+      copy_out(dst + b.off * es, srcs[q] + b.off * es, b.len * es, stream);
     }
   }
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "collectives/coll.h"
 
@@ -20,6 +21,34 @@ namespace shoal::coll {
 // Allreduce and reduce: a piece whose p copies fit here is reduced whole by
 // every rank (one arrival) rather than slice by slice (two).
 inline constexpr size_t kSharedOnePhaseBytes = 32 << 10;
+
+// Whether an operation writes its output with non-temporal stores
+// (copy_stream in common/copy.h): when the outputs of the host's `ranks`
+// ranks, `output_bytes` each, fill half the last-level cache or more, they
+// do not stay cached along with the inputs anyway, and a normal store would
+// first read each line of the destination from memory (a third more
+// traffic; bench/results/copy-alignment).
+bool streams(size_t output_bytes, int ranks);
+// copy() or copy_stream().
+void copy_out(void* dst, const void* src, size_t n, bool stream);
+
+// One pointer per rank, on the stack up to 16 ranks (no allocation on the
+// path of a small collective).
+class RankPtrs {
+ public:
+  explicit RankPtrs(int n) {
+    if (n > kInline) heap_.resize(static_cast<size_t>(n));
+    p_ = n > kInline ? heap_.data() : inline_;
+  }
+  const char*& operator[](int i) { return p_[i]; }
+  const char* const* data() const { return p_; }
+
+ private:
+  static constexpr int kInline = 16;
+  const char* inline_[kInline];
+  std::vector<const char*> heap_;
+  const char** p_;
+};
 
 // The arena, or InvalidArgument naming the collective when there is none
 // (a forced *_shared algorithm where the ranks span hosts or shared memory

@@ -6,18 +6,7 @@
 
 namespace shoal {
 
-size_t dtype_size(DataType dt) {
-  switch (dt) {
-    case DataType::kFloat16:
-    case DataType::kBFloat16: return 2;
-    case DataType::kFloat32:
-    case DataType::kInt32: return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64: return 8;
-    case DataType::kInt8:
-    case DataType::kUInt8:
-    case DataType::kBool: return 1;
-  }
+void bad_dtype(DataType dt) {
   throw InvalidArgument("dtype: unknown value " + std::to_string(static_cast<int>(dt)));
 }
 

@@ -99,7 +99,11 @@ class CommunicatorImpl {
   // or receive in flight) drives the transport for up to spin_us_ before
   // handing the sends and receives in flight to the executor thread.
   bool drain(bool inline_caller, const Work* waiting = nullptr);
-  void execute(Op& op);
+  // Runs `op` (its broken check done already when `checked`).
+  void execute(Op& op, bool checked = false);
+  const coll::Algorithm& chosen(coll::Coll c, const coll::Args& a, const coll::Topology& topo);
+  void run_now(Op& op);
+  WorkPtr done_work(uint64_t seq);
   void run_collective(Op& op);
   void post_p2p(Op& op);
   void reap_p2p();
@@ -137,6 +141,12 @@ class CommunicatorImpl {
   coll::Tuning tuning_;
   coll::Topology topo_;  // GUARDED_BY(driver_->lock()); empty until first needed
   coll::Scratch scratch_;                                   // GUARDED_BY(driver_->lock())
+  struct Chosen {
+    size_t count = 0;
+    DataType dt = DataType::kFloat32;
+    const coll::Algorithm* algo = nullptr;
+  };
+  Chosen chosen_[coll::kNumColls];                          // GUARDED_BY(driver_->lock()): see chosen()
   std::unique_ptr<transport::shm::HostArena> arena_;       // GUARDED_BY(driver_->lock()); set by setup_arena()
   size_t arena_bytes_ = 0;                                  // SHOAL_SHM_ARENA_BYTES (0: no arena)
   bool arena_checked_ = false;                              // GUARDED_BY(driver_->lock())
@@ -163,6 +173,7 @@ class CommunicatorImpl {
   bool deferring_ = false;                 // GUARDED_BY(mu_): the executor waits for a caller to drive
   std::exception_ptr broken_;              // GUARDED_BY(mu_)
   std::atomic<bool> busy_{false};
+  WorkPtr done_work_;                      // GUARDED_BY(mu_): run_now()'s last Work
   int spin_us_ = 0;  // busy-poll budget of a caller driving inline
   bool spin_yield_ = false;  // more ranks than cores here: spin by sched_yield
   bool spin_auto_ = false;  // spin_us_ was derived, not set: topology may revise it

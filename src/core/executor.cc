@@ -497,6 +497,7 @@ WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
   const bool blocking = op->opts.blocking && !p2p;  // a blocking send could never meet its receive
   WorkPtr w;
   std::unique_lock<core::DriveLock> drive(driver_->lock(), std::defer_lock);
+  bool now = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (stop_) throw Aborted(prefix(*op) + "the communicator is being destroyed");
@@ -506,14 +507,28 @@ WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
     // busy host). try_lock only: elsewhere the drive lock is taken before mu_.
     if (!p2p) op->seq = next_seq_++;
     const bool was_empty = queue_.empty();
-    op->ticket = driver_->family->draw(&member_, was_empty);
     // (Not before an earlier operation of a group sharing the transport.)
     if (blocking && was_empty && !busy_.load() && driver_->family->my_turn(&member_)) (void)drive.try_lock();
-    op->work = std::make_shared<Work>(op->seq);
-    if (!drive.owns_lock()) op->work->set_helper([d = driver_](const Work& w) { return d->help(w); });
-    observer_->enqueued(*op);
-    w = op->work;
-    queue_.push_back(std::move(op));
+    // Alone in its family with nothing in flight, it need not pass through
+    // the queue at all (run_now).
+    now = drive.owns_lock() && driver_->family->size() <= 1 && inflight_count_.load() == 0 && !broken_;
+    if (now) {
+      busy_.store(true, std::memory_order_release);  // mu_ orders it for abort()
+      w = done_work(op->seq);
+      op->work = w;
+      observer_->enqueued(*op);
+    } else {
+      op->ticket = driver_->family->draw(&member_, was_empty);
+      op->work = std::make_shared<Work>(op->seq);
+      if (!drive.owns_lock()) op->work->set_helper([d = driver_](const Work& w) { return d->help(w); });
+      observer_->enqueued(*op);
+      w = op->work;
+      queue_.push_back(std::move(op));
+    }
+  }
+  if (now) {
+    run_now(*op);
+    return w;
   }
   if (drive.owns_lock()) {
     drain(true);  // runs the queue, which starts with this operation
@@ -529,6 +544,28 @@ WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
     }
   }
   return w;
+}
+
+// The Work for an operation that run_now() completes before returning: the
+// last one again when its caller has let go of it (a small collective's
+// allocation, mutex and condition variable are a fair share of its cost).
+WorkPtr CommunicatorImpl::done_work(uint64_t seq) {
+  if (done_work_ && done_work_.use_count() == 1) {
+    done_work_->reset(seq);
+  } else {
+    done_work_ = std::make_shared<Work>(seq);
+  }
+  return done_work_;
+}
+
+// A blocking collective of an idle communicator, alone in its family (see
+// enqueue): it runs here, under the drive lock the caller holds, as the
+// queue would run it, minus the queue.
+void CommunicatorImpl::run_now(Op& op) {
+  transport_->set_spin_us(spin_us_);
+  transport_->set_spin_yield(spin_yield_);
+  execute(op, true);  // enqueue() found it unbroken
+  busy_.store(false, std::memory_order_release);
 }
 
 void CommunicatorImpl::fail_all(std::exception_ptr cause) {
@@ -716,9 +753,9 @@ void CommunicatorImpl::reap_p2p() {
   }
 }
 
-void CommunicatorImpl::execute(Op& op) {
+void CommunicatorImpl::execute(Op& op, bool checked) {
   std::exception_ptr broken;
-  {
+  if (!checked) {
     std::lock_guard<std::mutex> g(mu_);
     broken = broken_;
   }
@@ -838,8 +875,8 @@ void CommunicatorImpl::run_collective(Op& op) {
 
   auto timeout = op.opts.timeout.count() > 0 ? op.opts.timeout : opts_.timeout;
   const coll::Topology& topo = topology();
-  setup_arena(Clock::now() + timeout);
-  if (!op.algo) op.algo = &coll::select(op.coll, a, size_, overrides_, topo, arena_ != nullptr);
+  if (!arena_checked_) setup_arena(Clock::now() + timeout);
+  if (!op.algo) op.algo = &chosen(op.coll, a, topo);
   coll::Ctx ctx(*transport_, op.seq, fp, Clock::now() + timeout, scratch_, tuning_, topo, arena_.get());
   observer_->running(op, ctx);
   op.algo->fn(ctx, a);
@@ -848,6 +885,16 @@ void CommunicatorImpl::run_collective(Op& op) {
     bool has_output = op.coll != Coll::kReduce || rank_ == a.root;
     if (has_output) kernels::divide(a.dt, a.recv, a.recv, size_, output_elems(op, rank_));
   }
+}
+
+// select(), remembered per collective for the last element count and type:
+// the rest of what the choice depends on is fixed once the arena is settled.
+const coll::Algorithm& CommunicatorImpl::chosen(Coll c, const coll::Args& a, const coll::Topology& topo) {
+  Chosen& m = chosen_[static_cast<size_t>(c)];
+  if (!m.algo || m.count != a.count || m.dt != a.dt) {
+    m = {a.count, a.dt, &coll::select(c, a, size_, overrides_, topo, arena_ != nullptr)};
+  }
+  return *m.algo;
 }
 
 }  // namespace shoal

@@ -40,10 +40,13 @@ class Family {
   // The collective running now (set by whoever drives): what a rank blocked
   // in it publishes, so that a peer can tell it waits in another member's
   // operation (CommunicatorImpl::order_check).
+  // (Release stores: read only by this rank's own waits and its peers'
+  // order checks, well after; a locked store here would cost every
+  // collective.)
   void running(Member* m, uint64_t seq) {
-    m->started.store(seq);
-    cur_ctx_.store(m->ctx);
-    cur_seq_.store(seq);
+    m->started.store(seq, std::memory_order_release);
+    cur_ctx_.store(m->ctx, std::memory_order_release);
+    cur_seq_.store(seq, std::memory_order_release);
   }
   uint32_t current_ctx() const { return cur_ctx_.load(); }
   uint64_t current_seq() const { return cur_seq_.load(); }

@@ -1,6 +1,7 @@
 // core/flight_recorder.cc — the ring of recent operations and its JSON form.
 #include "core/flight_recorder.h"
 
+#include <mutex>
 #include <sstream>
 
 #include "collectives/coll.h"
@@ -28,7 +29,7 @@ TraceEntry* FlightRecorder::find(uint64_t id) {
 }
 
 uint64_t FlightRecorder::enqueued(const TraceEntry& e) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   if (ring_.empty()) return 0;
   uint64_t id = next_id_++;
   TraceEntry& slot = ring_[id % ring_.size()];
@@ -54,7 +55,7 @@ uint64_t FlightRecorder::enqueued(const TraceEntry& e) {
 }
 
 void FlightRecorder::started(uint64_t id, int64_t now_us, std::string_view algo) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   if (TraceEntry* e = find(id)) {
     e->state = OpState::kRunning;
     e->started_us = now_us;
@@ -63,7 +64,7 @@ void FlightRecorder::started(uint64_t id, int64_t now_us, std::string_view algo)
 }
 
 void FlightRecorder::ended(const TraceEntry& e) {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   TraceEntry* slot = find(e.id);
   if (!slot) return;
   slot->state = e.state;
@@ -75,7 +76,7 @@ void FlightRecorder::ended(const TraceEntry& e) {
 }
 
 std::vector<TraceEntry> FlightRecorder::snapshot() const {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<SpinLock> g(mu_);
   std::vector<TraceEntry> out;
   if (ring_.empty()) return out;
   const uint64_t n = ring_.size();

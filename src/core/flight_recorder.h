@@ -7,15 +7,16 @@
 // it, updates to that id are ignored.
 //
 // Thread-safety: every method may be called from any thread; each takes mu_
-// for a few stores (it never allocates once every slot has been used at its
-// largest, and never does I/O under the lock).
+// (a spin lock: common/spin_lock.h) for a few stores (it never allocates once
+// every slot has been used at its largest, and never does I/O under the lock).
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/spin_lock.h"
 
 namespace shoal::core {
 
@@ -63,7 +64,7 @@ class FlightRecorder {
  private:
   TraceEntry* find(uint64_t id);  // REQUIRES(mu_)
 
-  mutable std::mutex mu_;
+  mutable SpinLock mu_;
   std::vector<TraceEntry> ring_;  // GUARDED_BY(mu_)
   uint64_t next_id_ = 1;          // GUARDED_BY(mu_)
 };

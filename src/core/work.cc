@@ -4,6 +4,10 @@
 namespace shoal {
 
 void Work::wait() {
+  if (finished_.load(std::memory_order_acquire)) {
+    if (error_) std::rethrow_exception(error_);
+    return;
+  }
   std::unique_lock<std::mutex> g(mu_);
   while (!done_) {
     if (help_) {
@@ -24,10 +28,7 @@ bool Work::wait_for(std::chrono::milliseconds timeout) {
   return true;
 }
 
-bool Work::test() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return done_;
-}
+bool Work::test() const { return finished_.load(std::memory_order_acquire); }
 
 std::exception_ptr Work::error() const {
   std::lock_guard<std::mutex> g(mu_);
@@ -58,6 +59,7 @@ void Work::finish(std::exception_ptr err, int source) {
     done_ = true;
     error_ = err;
     source_ = source;
+    finished_.store(true, std::memory_order_release);
     hooks.swap(hooks_);
   }
   cv_.notify_all();

@@ -220,6 +220,42 @@ TEST(Api, BlockingCallsReturnCompletedAndInOrder) {
   EXPECT_EQ(test::failures(res), "");
 }
 
+// A blocking call of an idle communicator runs without the queue and may
+// hand back the Work of an earlier call that its caller let go of: a Work
+// the caller still holds keeps its own seq, state and error, and every
+// handle says the seq of its own call.
+TEST(Api, BlockingCallsKeepTheirOwnWork) {
+  auto res = run_ranks(2, [](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    OpOptions blocking;
+    blocking.blocking = true;
+    int32_t x = me + 1;
+    WorkPtr held = c->allreduce(&x, &x, 1, DataType::kInt32, ReduceOp::kSum, blocking);
+    const uint64_t first = held->seq();
+    for (uint64_t i = 1; i <= 100; ++i) {
+      x = me + 1;
+      WorkPtr w = c->allreduce(&x, &x, 1, DataType::kInt32, ReduceOp::kSum, blocking);
+      SHOAL_CHECK(w != held);
+      SHOAL_CHECK(w->test() && w->error() == nullptr);
+      SHOAL_CHECK_MSG(w->seq() == first + i, "seq " << w->seq() << " after " << first << " + " << i);
+      SHOAL_CHECK(x == 3);
+    }
+    SHOAL_CHECK(held->seq() == first && held->test() && held->error() == nullptr);
+    // A failed one keeps its error while later calls succeed.
+    std::vector<float> v(me == 0 ? 4 : 5, 1.0f);  // counts differ: a mismatch
+    WorkPtr bad = c->allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum, blocking);
+    SHOAL_CHECK(bad->error() != nullptr);
+    bool threw = false;
+    try {
+      c->allreduce(&x, &x, 1, DataType::kInt32, ReduceOp::kSum, blocking)->wait();
+    } catch (const Error&) {
+      threw = true;  // the communicator is broken after a mismatch
+    }
+    SHOAL_CHECK(threw);
+    SHOAL_CHECK(bad->error() != nullptr && bad->seq() == first + 101);
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
 // A blocking call's failure is the Work's, as for a queued one: the call
 // itself throws only for bad arguments.
 TEST(Api, BlockingCallKeepsItsErrorInTheWork) {

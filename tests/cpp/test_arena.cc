@@ -6,6 +6,7 @@
 // in /dev/shm).
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 
@@ -100,6 +101,20 @@ TEST(Arena, EveryCollectiveInManyRounds) { every_collective_in_many_rounds(3, {}
 // With no spinning every wait goes to sleep on the peer's counter and is
 // woken by its arrival: the futex path, over many operations.
 TEST(Arena, EveryCollectiveThroughTheSleepingPath) { every_collective_in_many_rounds(4, {{"SHOAL_SPIN_US", "0"}}); }
+
+// Every rank on one CPU: each wait finds its peer on its own CPU, yields it
+// and then sleeps (host_arena.cc), where the others spin.
+TEST(Arena, EveryCollectiveWithAllRanksOnOneCpu) {
+  cpu_set_t old_mask, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(old_mask), &old_mask), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &old_mask)) ++cpu;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // the ranks inherit it
+  every_collective_in_many_rounds(3, {});
+  ASSERT_EQ(sched_setaffinity(0, sizeof(old_mask), &old_mask), 0);
+}
 
 // One host: the arena is what a small and a large allreduce choose.
 TEST(Arena, ChosenByDefaultOnOneHost) {
@@ -268,6 +283,25 @@ TEST(Copy, EqualsMemcpyAtEveryGapAndSize) {
     }
   }
   EXPECT_EQ(own_loop, 12);  // gaps 1, 15, 16 and 63 at the three sizes above 2048
+}
+
+// shoal::copy_stream (non-temporal stores, for large outputs) copies
+// exactly like memcpy at every alignment of the destination and every size
+// around its thresholds, without touching a byte outside the destination.
+TEST(Copy, StreamEqualsMemcpyAtEveryAlignmentAndSize) {
+  std::vector<uint8_t> src(3 * 4096 + 300), dst(src.size() + 128), want;
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 151 + 3);
+  for (size_t skew : {size_t{0}, size_t{1}, size_t{8}, size_t{15}, size_t{16}, size_t{33}}) {
+    for (size_t n : {size_t{0}, size_t{17}, size_t{4095}, size_t{4096}, size_t{4096 + 63}, src.size()}) {
+      std::fill(dst.begin(), dst.end(), 0xCD);
+      uint8_t* d = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(dst.data()) + 63) & ~uintptr_t{63}) + skew;
+      ASSERT_LE(d + n, dst.data() + dst.size());
+      want = dst;
+      std::memcpy(want.data() + (d - dst.data()), src.data() + 5, n);
+      copy_stream(d, src.data() + 5, n);
+      EXPECT_EQ(dst, want) << "skew " << skew << " bytes " << n;
+    }
+  }
 }
 
 }  // namespace

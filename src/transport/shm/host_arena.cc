@@ -20,11 +20,13 @@ namespace shoal::transport::shm {
 namespace {
 
 constexpr uint32_t kArenaMagic = 0x53484152;  // "SHAR"
-constexpr uint32_t kArenaVersion = 1;
+constexpr uint32_t kArenaVersion = 2;  // 2: the control block notes the CPU
 constexpr size_t kPage = 4096;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 // Spinning holds the core for this long, then yields it between polls.
 constexpr auto kYieldAfter = std::chrono::microseconds(10);
+// A waiter whose peer shares its CPU yields it for this long, then sleeps.
+constexpr auto kSameCpuYield = std::chrono::microseconds(20);
 
 struct ArenaHeader {
   uint32_t magic;
@@ -64,6 +66,7 @@ struct alignas(128) HostArena::Control {
     uint64_t seq;
     Fingerprint fp;
   } op[2];  // the operation of the rank's round k, at k % 2 (written before phase 1)
+  std::atomic<int32_t> cpu{-1};  // the CPU the rank ran on when it began its last round
 };
 
 namespace {
@@ -185,6 +188,8 @@ void HostArena::begin(uint64_t seq, const Fingerprint& fp) {
   Control::OpId& id = ctl(rank_).op[round_ & 1];
   id.seq = seq;
   id.fp = fp;
+  cpu_ = sched_getcpu();
+  ctl(rank_).cpu.store(cpu_, std::memory_order_relaxed);
   ++round_;
 }
 
@@ -209,6 +214,20 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
   if (!reached(v, target)) {
     Clock::time_point until{}, yield_from{};
     bool yielding = spin_yield_;
+    // A peer that began its round on this very CPU cannot arrive while this
+    // rank holds it (the scheduler keeps two ranks together for a while
+    // after a fork or a wake-up, on a machine with idle cores too): give the
+    // CPU away at once, and sleep if that does not bring the peer soon.
+    if (cpu_ >= 0 && c.cpu.load(std::memory_order_relaxed) == cpu_) {
+      const auto give_up = Clock::now() + kSameCpuYield;
+      do {
+        sched_yield();
+        if (reached(c.flag.load(std::memory_order_acquire), target)) break;
+      } while (Clock::now() < give_up);
+      if (!reached(c.flag.load(std::memory_order_acquire), target)) sleep_on(peer, target, deadline);
+      if (phase == 1) check_peer(peer);
+      return;
+    }
     for (unsigned i = 1;; ++i) {
       if (yielding) {
         sched_yield();

@@ -115,6 +115,7 @@ class HostArena {
   Fingerprint fp_;
   int spin_us_ = 200;
   bool spin_yield_ = false;
+  int cpu_ = -1;  // the CPU this rank began its current round on
   ArenaHooks hooks_;
 };
 
