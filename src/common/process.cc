@@ -1,6 +1,7 @@
 // common/process.cc — see process.h.
 #include "common/process.h"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,6 +79,16 @@ Liveness probe(const std::string& token) {
   if (start != token.substr(s3 + 1)) return Liveness::kGone;  // the pid was reused
   if (state == 'Z' || state == 'X') return Liveness::kGone;
   return Liveness::kAlive;
+}
+
+bool move_off_cpu(int cpu) {
+  cpu_set_t mask, others;
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(mask), &mask) != 0) return false;
+  others = mask;
+  CPU_CLR(cpu, &others);
+  if (CPU_COUNT(&others) == 0 || sched_setaffinity(0, sizeof(others), &others) != 0) return false;
+  sched_setaffinity(0, sizeof(mask), &mask);
+  return true;
 }
 
 }  // namespace shoal::proc

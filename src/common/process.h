@@ -25,4 +25,11 @@ Liveness probe(const std::string& token);
 // The pid field of a token ("" if it has none), for messages.
 std::string pid_of(const std::string& token);
 
+// Moves the calling thread off CPU `cpu` to another CPU of its affinity
+// mask, then gives it its mask back (it stays where it was moved until the
+// scheduler balances it). False, and nothing changed, when the mask has no
+// other CPU. For two ranks that the scheduler keeps on one CPU while others
+// are idle (transport/shm/host_arena.cc).
+bool move_off_cpu(int cpu);
+
 }  // namespace shoal::proc

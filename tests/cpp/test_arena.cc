@@ -22,6 +22,7 @@
 
 #include "errors_util.h"
 #include "common/copy.h"
+#include "common/process.h"
 #include "harness.h"
 
 namespace shoal {
@@ -114,6 +115,31 @@ TEST(Arena, EveryCollectiveWithAllRanksOnOneCpu) {
   ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // the ranks inherit it
   every_collective_in_many_rounds(3, {});
   ASSERT_EQ(sched_setaffinity(0, sizeof(old_mask), &old_mask), 0);
+}
+
+// What a rank does when the scheduler keeps it on its peer's CPU: it leaves
+// for another CPU of its mask, which it then has back whole; with a mask of
+// one CPU it stays.
+TEST(Arena, MovingOffACpuKeepsTheAffinityMask) {
+  cpu_set_t old_mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(old_mask), &old_mask), 0);
+  if (CPU_COUNT(&old_mask) < 2) GTEST_SKIP() << "needs two CPUs in the affinity mask";
+  int first = 0;
+  while (!CPU_ISSET(first, &old_mask)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  ASSERT_EQ(sched_getcpu(), first);
+  EXPECT_FALSE(proc::move_off_cpu(first));  // nowhere to go
+  EXPECT_EQ(sched_getcpu(), first);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(old_mask), &old_mask), 0);
+  const int here = sched_getcpu();
+  EXPECT_TRUE(proc::move_off_cpu(here));
+  EXPECT_NE(sched_getcpu(), here);
+  cpu_set_t now;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(now), &now), 0);
+  EXPECT_TRUE(CPU_EQUAL(&now, &old_mask));
 }
 
 // One host: the arena is what a small and a large allreduce choose.

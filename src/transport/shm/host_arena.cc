@@ -9,11 +9,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <sstream>
 
+#include "common/process.h"
 #include "shoal/error.h"
 
 namespace shoal::transport::shm {
@@ -27,6 +29,10 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 constexpr auto kYieldAfter = std::chrono::microseconds(10);
 // A waiter whose peer shares its CPU yields it for this long, then sleeps.
 constexpr auto kSameCpuYield = std::chrono::microseconds(20);
+// After this many waits in a row for a peer on its own CPU, a rank moves to
+// another CPU of its affinity mask; it tries again only after this many more.
+constexpr int kSameCpuMoveAfter = 16;
+constexpr int kSameCpuMoveAgain = 4096;
 
 struct ArenaHeader {
   uint32_t magic;
@@ -219,6 +225,11 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
     // after a fork or a wake-up, on a machine with idle cores too): give the
     // CPU away at once, and sleep if that does not bring the peer soon.
     if (cpu_ >= 0 && c.cpu.load(std::memory_order_relaxed) == cpu_) {
+      // Still together after many rounds while there are cores enough:
+      // the higher rank of the two moves (once in a while at most).
+      if (++same_cpu_waits_ == kSameCpuMoveAfter && !spin_yield_ && rank_ > peer && proc::move_off_cpu(cpu_)) {
+        same_cpu_waits_ = -kSameCpuMoveAgain;
+      }
       const auto give_up = Clock::now() + kSameCpuYield;
       do {
         sched_yield();
@@ -228,6 +239,7 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
       if (phase == 1) check_peer(peer);
       return;
     }
+    same_cpu_waits_ = std::min(same_cpu_waits_, 0);
     for (unsigned i = 1;; ++i) {
       if (yielding) {
         sched_yield();

@@ -116,6 +116,7 @@ class HostArena {
   int spin_us_ = 200;
   bool spin_yield_ = false;
   int cpu_ = -1;  // the CPU this rank began its current round on
+  int same_cpu_waits_ = 0;  // waits in a row that found the peer on cpu_ (< 0: after a move)
   ArenaHooks hooks_;
 };
 
