@@ -93,6 +93,8 @@ void check_allreduce(int n, std::vector<int> host_of, const std::string& algo) {
 TEST(Topology, HierarchicalTwoHostsOfTwo) { check_allreduce(4, {0, 0, 1, 1}, "hierarchical"); }
 TEST(Topology, HierarchicalInterleavedRanks) { check_allreduce(6, {0, 1, 2, 0, 1, 2}, "hierarchical"); }
 TEST(Topology, HierarchicalTwoHostsOfThree) { check_allreduce(6, {0, 0, 0, 1, 1, 1}, "hierarchical"); }
+// Two hosts of one rank: the pipelined exchange alone (nothing inside a host).
+TEST(Topology, HierarchicalTwoHostsOfOne) { check_allreduce(2, {0, 1}, "hierarchical"); }
 TEST(Topology, HierarchicalUnevenHostsFallsBack) { check_allreduce(5, {0, 0, 0, 1, 1}, "hierarchical"); }
 TEST(Topology, TableChoiceAcrossHosts) { check_allreduce(4, {0, 0, 1, 1}, ""); }
 TEST(Topology, RingAcrossHostsMixesTransports) { check_allreduce(4, {0, 1, 0, 1}, "ring"); }
