@@ -218,28 +218,14 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
   Control& c = ctl(peer);
   uint32_t v = c.flag.load(std::memory_order_acquire);
   if (!reached(v, target)) {
-    Clock::time_point until{}, yield_from{};
-    bool yielding = spin_yield_;
-    // A peer that began its round on this very CPU cannot arrive while this
-    // rank holds it (the scheduler keeps two ranks together for a while
-    // after a fork or a wake-up, on a machine with idle cores too): give the
-    // CPU away at once, and sleep if that does not bring the peer soon.
     if (cpu_ >= 0 && c.cpu.load(std::memory_order_relaxed) == cpu_) {
-      // Still together after many rounds while there are cores enough:
-      // the higher rank of the two moves (once in a while at most).
-      if (++same_cpu_waits_ == kSameCpuMoveAfter && !spin_yield_ && rank_ > peer && proc::move_off_cpu(cpu_)) {
-        same_cpu_waits_ = -kSameCpuMoveAgain;
-      }
-      const auto give_up = Clock::now() + kSameCpuYield;
-      do {
-        sched_yield();
-        if (reached(c.flag.load(std::memory_order_acquire), target)) break;
-      } while (Clock::now() < give_up);
-      if (!reached(c.flag.load(std::memory_order_acquire), target)) sleep_on(peer, target, deadline);
+      wait_beside(peer, target, deadline);
       if (phase == 1) check_peer(peer);
       return;
     }
     same_cpu_waits_ = std::min(same_cpu_waits_, 0);
+    Clock::time_point until{}, yield_from{};
+    bool yielding = spin_yield_;
     for (unsigned i = 1;; ++i) {
       if (yielding) {
         sched_yield();
@@ -270,6 +256,25 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
     }
   }
   if (phase == 1) check_peer(peer);
+}
+
+// A peer that began its round on this very CPU cannot arrive while this
+// rank holds it (the scheduler keeps two ranks together for a while after a
+// fork or a wake-up, on a machine with idle cores too): give the CPU away at
+// once, and sleep if that does not bring the peer soon. Still together after
+// many rounds while there are cores enough, the higher rank of the two moves
+// (once in a while at most).
+void HostArena::wait_beside(int peer, uint32_t target, Clock::time_point deadline) {
+  if (++same_cpu_waits_ == kSameCpuMoveAfter && !spin_yield_ && rank_ > peer && proc::move_off_cpu(cpu_)) {
+    same_cpu_waits_ = -kSameCpuMoveAgain;
+  }
+  const Control& c = ctl(peer);
+  const auto give_up = Clock::now() + kSameCpuYield;
+  do {
+    sched_yield();
+    if (reached(c.flag.load(std::memory_order_acquire), target)) return;
+  } while (Clock::now() < give_up);
+  sleep_on(peer, target, deadline);
 }
 
 // The peer has entered this round (or the next): its operation for this

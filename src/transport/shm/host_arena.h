@@ -100,6 +100,7 @@ class HostArena {
   HostArena(int rank, int size, size_t slot_bytes, void* map, size_t map_bytes, int fd);
   Control& ctl(int r) const;
   void sleep_on(int peer, uint32_t target, Clock::time_point deadline);
+  void wait_beside(int peer, uint32_t target, Clock::time_point deadline);  // the peer shares this CPU
   void check_peer(int peer);
   [[noreturn]] void fail_wait(int peer, uint32_t target);
 
