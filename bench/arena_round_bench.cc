@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   fp.count = 2;
   const float in[2] = {1.0f + static_cast<float>(me), 2.0f};
   float out[2] = {0, 0};
-  const auto deadline = Clock::now() + std::chrono::minutes(5);
+  const shoal::transport::LazyDeadline deadline(std::chrono::minutes(5));
   auto round = timed(rounds, [&](int i) {
     arena->begin(static_cast<uint64_t>(i) + 1, fp);
     std::memcpy(arena->slot(me), in, sizeof(in));

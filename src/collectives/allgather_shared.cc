@@ -31,13 +31,13 @@ void allgather_shared(Ctx& c, const Args& a) {
   for (size_t off = 0; off < a.count; off += per_round) {
     const size_t len = std::min(per_round, a.count - off);
     c.begin_round();
-    copy(arena.slot(me), mine + off * es, len * es);
+    copy(arena.slot(me, len * es), mine + off * es, len * es);
     arena.arrive(1);
-    if (mine != own_block) copy_out(own_block + off * es, arena.slot(me), len * es, stream);
-    arena.wait_all(1, c.deadline());
+    if (mine != own_block) copy_out(own_block + off * es, mine + off * es, len * es, stream);
+    arena.wait_all(1, c.lazy_deadline());
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
-      copy_out(out + (a.count * static_cast<size_t>(q) + off) * es, arena.slot(q), len * es, stream);
+      copy_out(out + (a.count * static_cast<size_t>(q) + off) * es, arena.slot(q, len * es), len * es, stream);
     }
   }
 }

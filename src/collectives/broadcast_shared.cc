@@ -25,10 +25,10 @@ void broadcast_shared(Ctx& c, const Args& a) {
   for (size_t off = 0; off < a.count; off += per_round) {
     const size_t len = std::min(per_round, a.count - off);
     c.begin_round();
-    if (me == a.root) copy(arena.slot(me), buf + off * es, len * es);
+    if (me == a.root) copy(arena.slot(me, len * es), buf + off * es, len * es);
     arena.arrive(1);
-    arena.wait_all(1, c.deadline());
-    if (me != a.root) copy_out(buf + off * es, arena.slot(a.root), len * es, stream);
+    arena.wait_all(1, c.lazy_deadline());
+    if (me != a.root) copy_out(buf + off * es, arena.slot(a.root, len * es), len * es, stream);
   }
 }
 

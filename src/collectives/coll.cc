@@ -57,10 +57,10 @@ void Ctx::irecv(Request& r, int peer, uint32_t step, void* buf, size_t bytes) {
 
 void Ctx::wait(Request& r) {
   Request* rs[1] = {&r};
-  t_.wait(rs, 1, deadline_);
+  t_.wait(rs, 1, deadline_.get());
 }
 
-void Ctx::wait_all(Request* const* rs, size_t n) { t_.wait(rs, n, deadline_); }
+void Ctx::wait_all(Request* const* rs, size_t n) { t_.wait(rs, n, deadline_.get()); }
 
 void Ctx::send(int peer, uint32_t step, const void* buf, size_t bytes) {
   Request r;

@@ -91,13 +91,14 @@ class Scratch {
 class Ctx {
  public:
   Ctx(transport::Transport& t, uint64_t seq, const transport::Fingerprint& fp,
-      Clock::time_point deadline, Scratch& scratch, const Tuning& tuning, const Topology& topo,
+      Clock::duration timeout, Scratch& scratch, const Tuning& tuning, const Topology& topo,
       transport::shm::HostArena* arena = nullptr)
-      : t_(t), seq_(seq), fp_(fp), deadline_(deadline), scratch_(scratch), tuning_(tuning),
+      : t_(t), rank_(t.rank()), size_(t.size()), seq_(seq), fp_(fp), deadline_(timeout), scratch_(scratch),
+        tuning_(tuning),
         topo_(topo), arena_(arena) {}
 
-  int rank() const { return t_.rank(); }
-  int size() const { return t_.size(); }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
   const Tuning& tuning() const { return tuning_; }
   // Which ranks share a host (from the rendezvous).
   const Topology& topology() const { return topo_; }
@@ -109,11 +110,14 @@ class Ctx {
   // Starts a round of this collective in the arena.
   void begin_round() {
     arena_->begin(seq_, fp_);
-    for (int q = 0; q < size(); ++q) {
-      if (q != rank()) note_peer(q);
+    if (!peer_bits_) return;
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) note_peer(q);
     }
   }
-  Clock::time_point deadline() const { return deadline_; }
+  // The operation's timeout runs from the first time it is asked for.
+  Clock::time_point deadline() const { return deadline_.get(); }
+  const transport::LazyDeadline& lazy_deadline() const { return deadline_; }
   // Notes every peer this collective sends to or receives from in `bits`
   // (one bit per rank; for the flight recorder). Null: nothing is noted.
   void note_peers(std::atomic<uint64_t>* bits) { peer_bits_ = bits; }
@@ -137,9 +141,10 @@ class Ctx {
 
  private:
   transport::Transport& t_;
+  const int rank_, size_;  // t_'s, read once (virtual calls)
   uint64_t seq_;
   transport::Fingerprint fp_;
-  Clock::time_point deadline_;
+  transport::LazyDeadline deadline_;
   Scratch& scratch_;
   const Tuning& tuning_;
   const Topology& topo_;

@@ -32,17 +32,18 @@ void reduce_scatter_shared(Ctx& c, const Args& a) {
     const size_t len = std::min(per_round, a.count - off);
     c.begin_round();
     // Piece q of the slot holds this rank's contribution to rank q's block.
-    char* slot = arena.slot(me);
+    const size_t round_bytes = static_cast<size_t>(n) * len * es;
+    char* slot = arena.slot(me, round_bytes);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       copy(slot + static_cast<size_t>(q) * len * es, in + (a.count * static_cast<size_t>(q) + off) * es,
                   len * es);
     }
     arena.arrive(1);
-    arena.wait_all(1, c.deadline());
+    arena.wait_all(1, c.lazy_deadline());
     for (int q = 0; q < n; ++q) {
       srcs[q] = q == me ? in + (a.count * static_cast<size_t>(me) + off) * es
-                                             : arena.slot(q) + static_cast<size_t>(me) * len * es;
+                                             : arena.slot(q, round_bytes) + static_cast<size_t>(me) * len * es;
     }
     reduce_all(a, out + off * es, srcs.data(), n, len);
   }

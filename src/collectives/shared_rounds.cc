@@ -42,8 +42,9 @@ void reduce_all(const Args& a, char* dst, const char* const* srcs, int n, size_t
     if (dst != srcs[0]) copy(dst, srcs[0], len * a.elem());
     return;
   }
-  kernels::reduce(a.dt, a.op, dst, srcs[0], srcs[1], len);
-  for (int q = 2; q < n; ++q) kernels::reduce_inplace(a.dt, a.op, dst, srcs[q], len);
+  // (dt, op) and the buffers were checked when the operation was issued.
+  kernels::reduce_unchecked(a.dt, a.op, dst, srcs[0], srcs[1], len);
+  for (int q = 2; q < n; ++q) kernels::reduce_unchecked(a.dt, a.op, dst, dst, srcs[q], len);
 }
 
 void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
@@ -64,16 +65,16 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
     const size_t len = std::min(per_round, a.count - off);
     char* dst = out + off * es;
     c.begin_round();
-    for (int q = 0; q < n; ++q) srcs[q] = arena.slot(q);
-    copy(arena.slot(me), in + off * es, len * es);
+    for (int q = 0; q < n; ++q) srcs[q] = arena.slot(q, len * es);
+    copy(arena.slot(me, len * es), in + off * es, len * es);
     arena.arrive(1);
-    arena.wait_all(1, c.deadline());
+    arena.wait_all(1, c.lazy_deadline());
     if (len * es * static_cast<size_t>(n) <= kSharedOnePhaseBytes) {
       if (wants) reduce_all(a, dst, srcs.data(), n, len);
       continue;
     }
     const patterns::Range mine = patterns::block(len, n, me);
-    char* own = arena.slot(me) + mine.off * es;
+    char* own = arena.slot(me, len * es) + mine.off * es;
     slice[0] = own;
     for (int q = 0, k = 1; q < n; ++q) {
       if (q != me) slice[k++] = srcs[q] + mine.off * es;
@@ -81,7 +82,7 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
     reduce_all(a, own, slice.data(), n, mine.len);
     arena.arrive(2);
     if (!wants) continue;
-    arena.wait_all(2, c.deadline());
+    arena.wait_all(2, c.lazy_deadline());
     for (int q = 0; q < n; ++q) {
       const patterns::Range b = patterns::block(len, n, q);
       copy_out(dst + b.off * es, srcs[q] + b.off * es, b.len * es, stream);

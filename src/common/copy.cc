@@ -51,7 +51,7 @@ bool copy_avoids_rep_movsb(const void* dst, const void* src, size_t n) {
 #endif
 }
 
-void copy(void* dst, const void* src, size_t n) {
+void copy_large(void* dst, const void* src, size_t n) {
 #if defined(__x86_64__)
   if (copy_avoids_rep_movsb(dst, src, n)) {
     auto* d = static_cast<char*>(dst);

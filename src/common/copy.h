@@ -11,11 +11,21 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 
 namespace shoal {
 
+// copy() of a block that may be large enough for `rep movsb`.
+void copy_large(void* dst, const void* src, size_t n);
+
 // memcpy(dst, src, n); the ranges must not overlap.
-void copy(void* dst, const void* src, size_t n);
+inline void copy(void* dst, const void* src, size_t n) {
+  if (n <= 2048) {  // below glibc's `rep movsb` threshold: memcpy, inline
+    std::memcpy(dst, src, n);
+    return;
+  }
+  copy_large(dst, src, n);
+}
 
 // memcpy(dst, src, n) with non-temporal stores: the destination's lines go
 // to memory without being read first or kept in the cache. For outputs

@@ -49,7 +49,9 @@ class Checker {
   // `count` elements of dt, `blocks` times over, must fit in memory (a
   // negative count cast to size_t is the usual way to get past that).
   void count(const char* arg, size_t count, size_t blocks, DataType dt) const {
-    if (count > 0 && blocks > 0 && count > kMaxBytes / dtype_size(dt) / blocks) {
+    size_t bytes = 0;  // (no division on the path of every call)
+    if (__builtin_mul_overflow(count, dtype_size(dt), &bytes) || __builtin_mul_overflow(bytes, blocks, &bytes) ||
+        bytes > kMaxBytes) {
       fail(arg, std::to_string(count) + " elements of " + std::string(dtype_name(dt)) +
                     (blocks > 1 ? " for each of " + std::to_string(blocks) + " ranks" : "") +
                     " is more than any buffer can hold");
@@ -97,7 +99,7 @@ class Checker {
 
  private:
   static constexpr size_t kMaxBytes = static_cast<size_t>(PTRDIFF_MAX);
-  std::string who_;
+  const std::string& who_;  // the communicator's label, which outlives the call
   Coll coll_;
 };
 
@@ -137,10 +139,12 @@ std::exception_ptr Communicator::error() const { return impl_->error(); }
 
 namespace {
 
-std::unique_ptr<Op> make_op(Coll c, const OpOptions& o) {
-  auto op = std::make_unique<Op>();
-  op->coll = c;
-  op->opts = o;
+// On the caller's stack: an operation that runs at once is never allocated
+// (CommunicatorImpl::enqueue moves it to the heap only to queue it).
+Op make_op(Coll c, const OpOptions& o) {
+  Op op;
+  op.coll = c;
+  op.opts = o;
   return op;
 }
 
@@ -148,12 +152,12 @@ std::unique_ptr<Op> make_op(Coll c, const OpOptions& o) {
 
 // Chooses the algorithm at issue time, so that a bad forced name is an
 // argument error of the call.
-static WorkPtr submit(CommunicatorImpl& impl, std::unique_ptr<Op> op) {
-  if (op->coll != Coll::kSend && op->coll != Coll::kRecv) {
-    if (!op->opts.algorithm.empty()) {
-      op->algo = coll::find_algorithm(op->coll, op->opts.algorithm);
-      if (!op->algo) {
-        Checker(impl.label(), op->coll).fail("algorithm", "unknown algorithm '" + op->opts.algorithm + "'");
+static WorkPtr submit(CommunicatorImpl& impl, Op&& op) {
+  if (op.coll != Coll::kSend && op.coll != Coll::kRecv) {
+    if (!op.opts.algorithm.empty()) {
+      op.algo = coll::find_algorithm(op.coll, op.opts.algorithm);
+      if (!op.algo) {
+        Checker(impl.label(), op.coll).fail("algorithm", "unknown algorithm '" + op.opts.algorithm + "'");
       }
     }  // otherwise chosen when it runs, from the size and the topology
   }
@@ -169,9 +173,9 @@ WorkPtr Communicator::allreduce(const void* send, void* recv, size_t count, Data
   ck.buffer("send", send, count);
   ck.buffer("recv", recv, count);
   ck.no_overlap(send, count * dtype_size(dt), recv, count * dtype_size(dt));
-  auto p = make_op(Coll::kAllreduce, o);
-  p->args = coll::Args{send, recv, count, dt, op};
-  p->user_op = op;
+  Op p = make_op(Coll::kAllreduce, o);
+  p.args = coll::Args{send, recv, count, dt, op};
+  p.user_op = op;
   return submit(*impl_, std::move(p));
 }
 
@@ -181,9 +185,9 @@ WorkPtr Communicator::broadcast(void* buf, size_t count, DataType dt, int root, 
   ck.count("count", count, 1, dt);
   ck.root(root, size());
   ck.buffer("buf", buf, count);
-  auto p = make_op(Coll::kBroadcast, o);
-  p->args = coll::Args{buf, buf, count, dt};
-  p->args.root = root;
+  Op p = make_op(Coll::kBroadcast, o);
+  p.args = coll::Args{buf, buf, count, dt};
+  p.args.root = root;
   return submit(*impl_, std::move(p));
 }
 
@@ -199,10 +203,10 @@ WorkPtr Communicator::reduce(const void* send, void* recv, size_t count, DataTyp
     ck.buffer("recv", recv, count);
     ck.no_overlap(send, count * dtype_size(dt), recv, count * dtype_size(dt));
   }
-  auto p = make_op(Coll::kReduce, o);
-  p->args = coll::Args{send, rank() == root ? recv : nullptr, count, dt, op};
-  p->args.root = root;
-  p->user_op = op;
+  Op p = make_op(Coll::kReduce, o);
+  p.args = coll::Args{send, rank() == root ? recv : nullptr, count, dt, op};
+  p.args.root = root;
+  p.user_op = op;
   return submit(*impl_, std::move(p));
 }
 
@@ -217,8 +221,8 @@ WorkPtr Communicator::allgather(const void* send, void* recv, size_t count, Data
   // In place: send is this rank's block of recv (or recv itself).
   const char* own = static_cast<const char*>(recv) + count * es * rank();
   if (send != recv && send != own) ck.no_overlap(send, count * es, recv, count * es * size());
-  auto p = make_op(Coll::kAllgather, o);
-  p->args = coll::Args{send == own ? recv : send, recv, count, dt};
+  Op p = make_op(Coll::kAllgather, o);
+  p.args = coll::Args{send == own ? recv : send, recv, count, dt};
   return submit(*impl_, std::move(p));
 }
 
@@ -234,14 +238,14 @@ WorkPtr Communicator::allgatherv(const void* send, void* recv, std::vector<size_
   const size_t ext = extent(recv_counts, displs);
   ck.buffer("send", send, mine);
   ck.buffer("recv", recv, ext);
-  auto p = make_op(Coll::kAllgatherv, o);
+  Op p = make_op(Coll::kAllgatherv, o);
   const size_t es = dtype_size(dt);
   const char* own = static_cast<const char*>(recv) + displs[rank()] * es;
   // In place: send is this rank's block of recv (or recv itself).
   if (send != recv && send != own) ck.no_overlap(send, mine * es, recv, ext * es);
-  p->args = coll::Args{send == own ? recv : send, recv, mine, dt};
-  p->counts = std::move(recv_counts);
-  p->displs = std::move(displs);
+  p.args = coll::Args{send == own ? recv : send, recv, mine, dt};
+  p.counts = std::move(recv_counts);
+  p.displs = std::move(displs);
   return submit(*impl_, std::move(p));
 }
 
@@ -258,9 +262,9 @@ WorkPtr Communicator::reduce_scatter(const void* send, void* recv, size_t count,
   if (send == recv && size() > 1 && count > 0) {
     ck.fail("recv", "reduce_scatter cannot run in place (recv is smaller than send)");
   }
-  auto p = make_op(Coll::kReduceScatter, o);
-  p->args = coll::Args{send, recv, count, dt, op};
-  p->user_op = op;
+  Op p = make_op(Coll::kReduceScatter, o);
+  p.args = coll::Args{send, recv, count, dt, op};
+  p.user_op = op;
   return submit(*impl_, std::move(p));
 }
 
@@ -280,11 +284,11 @@ WorkPtr Communicator::reduce_scatterv(const void* send, void* recv, std::vector<
   if (send == recv && size() > 1 && total > 0) {
     ck.fail("recv", "reduce_scatterv cannot run in place");
   }
-  auto p = make_op(Coll::kReduceScatterv, o);
-  p->args = coll::Args{send, recv, recv_counts[rank()], dt, op};
-  p->user_op = op;
-  p->counts = std::move(recv_counts);
-  p->displs = std::move(displs);
+  Op p = make_op(Coll::kReduceScatterv, o);
+  p.args = coll::Args{send, recv, recv_counts[rank()], dt, op};
+  p.user_op = op;
+  p.counts = std::move(recv_counts);
+  p.displs = std::move(displs);
   return submit(*impl_, std::move(p));
 }
 
@@ -297,8 +301,8 @@ WorkPtr Communicator::alltoall(const void* send, void* recv, size_t count, DataT
   ck.buffer("recv", recv, count * size());
   const size_t bytes = count * dtype_size(dt) * size();
   ck.no_overlap(send, bytes, recv, bytes);
-  auto p = make_op(Coll::kAlltoall, o);
-  p->args = coll::Args{send, recv, count, dt};
+  Op p = make_op(Coll::kAlltoall, o);
+  p.args = coll::Args{send, recv, count, dt};
   return submit(*impl_, std::move(p));
 }
 
@@ -325,12 +329,12 @@ WorkPtr Communicator::alltoallv(const void* send, std::vector<size_t> send_count
                                " elements but expects " + std::to_string(recv_counts[rank()]));
   }
   if (send != recv) ck.no_overlap(send, sext * es, recv, rext * es);
-  auto p = make_op(Coll::kAlltoallv, o);
-  p->args = coll::Args{send, recv, 0, dt};
-  p->counts = std::move(recv_counts);
-  p->displs = std::move(recv_displs);
-  p->send_counts = std::move(send_counts);
-  p->send_displs = std::move(send_displs);
+  Op p = make_op(Coll::kAlltoallv, o);
+  p.args = coll::Args{send, recv, 0, dt};
+  p.counts = std::move(recv_counts);
+  p.displs = std::move(recv_displs);
+  p.send_counts = std::move(send_counts);
+  p.send_displs = std::move(send_displs);
   return submit(*impl_, std::move(p));
 }
 
@@ -348,9 +352,9 @@ WorkPtr Communicator::gather(const void* send, void* recv, size_t count, DataTyp
     if (send != recv && send != own) ck.no_overlap(send, count * es, recv, count * es * size());
     if (send == own) send = recv;
   }
-  auto p = make_op(Coll::kGather, o);
-  p->args = coll::Args{send, rank() == root ? recv : nullptr, count, dt};
-  p->args.root = root;
+  Op p = make_op(Coll::kGather, o);
+  p.args = coll::Args{send, rank() == root ? recv : nullptr, count, dt};
+  p.args.root = root;
   return submit(*impl_, std::move(p));
 }
 
@@ -367,15 +371,15 @@ WorkPtr Communicator::scatter(const void* send, void* recv, size_t count, DataTy
     const char* own = static_cast<const char*>(send) + count * es * rank();
     if (recv != send && recv != own) ck.no_overlap(send, count * es * size(), recv, count * es);
   }
-  auto p = make_op(Coll::kScatter, o);
-  p->args = coll::Args{rank() == root ? send : nullptr, recv, count, dt};
-  p->args.root = root;
+  Op p = make_op(Coll::kScatter, o);
+  p.args = coll::Args{rank() == root ? send : nullptr, recv, count, dt};
+  p.args.root = root;
   return submit(*impl_, std::move(p));
 }
 
 WorkPtr Communicator::barrier(const OpOptions& o) {
-  auto p = make_op(Coll::kBarrier, o);
-  p->args = coll::Args{nullptr, nullptr, 0, DataType::kUInt8};
+  Op p = make_op(Coll::kBarrier, o);
+  p.args = coll::Args{nullptr, nullptr, 0, DataType::kUInt8};
   return submit(*impl_, std::move(p));
 }
 
@@ -389,10 +393,10 @@ WorkPtr Communicator::send(const void* buf, size_t count, DataType dt, int peer,
     ck.fail("peer", std::to_string(peer) + " is not another rank of " + std::to_string(size()));
   }
   if (tag < 0) ck.fail("tag", "must be >= 0, got " + std::to_string(tag));
-  auto p = make_op(Coll::kSend, o);
-  p->args = coll::Args{buf, nullptr, count, dt};
-  p->peer = peer;
-  p->tag = tag;
+  Op p = make_op(Coll::kSend, o);
+  p.args = coll::Args{buf, nullptr, count, dt};
+  p.peer = peer;
+  p.tag = tag;
   return submit(*impl_, std::move(p));
 }
 
@@ -406,10 +410,10 @@ WorkPtr Communicator::recv(void* buf, size_t count, DataType dt, int peer, int64
     ck.fail("peer", std::to_string(peer) + " is not another rank of " + std::to_string(size()));
   }
   if (tag < 0) ck.fail("tag", "must be >= 0, got " + std::to_string(tag));
-  auto p = make_op(Coll::kRecv, o);
-  p->args = coll::Args{nullptr, buf, count, dt};
-  p->peer = peer;
-  p->tag = tag;
+  Op p = make_op(Coll::kRecv, o);
+  p.args = coll::Args{nullptr, buf, count, dt};
+  p.peer = peer;
+  p.tag = tag;
   return submit(*impl_, std::move(p));
 }
 

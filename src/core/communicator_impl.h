@@ -74,7 +74,7 @@ class CommunicatorImpl {
                    int rank, const std::vector<int>& members, Options opts);
   ~CommunicatorImpl();
 
-  WorkPtr enqueue(std::unique_ptr<Op> op);
+  WorkPtr enqueue(Op&& op);
   void abort(const std::string& reason);
   std::exception_ptr error() const;
 
@@ -99,10 +99,11 @@ class CommunicatorImpl {
   // or receive in flight) drives the transport for up to spin_us_ before
   // handing the sends and receives in flight to the executor thread.
   bool drain(bool inline_caller, const Work* waiting = nullptr);
-  // Runs `op` (its broken check done already when `checked`).
-  void execute(Op& op, bool checked = false);
+  // Runs `op`. `now`: from run_now(), which checked that the communicator
+  // is not broken and has not handed `work` to anyone yet.
+  void execute(Op& op, Work& work, bool now = false);
   const coll::Algorithm& chosen(coll::Coll c, const coll::Args& a, const coll::Topology& topo);
-  void run_now(Op& op);
+  void run_now(Op& op, Work& work);
   WorkPtr done_work(uint64_t seq);
   void run_collective(Op& op);
   void post_p2p(Op& op);

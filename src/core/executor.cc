@@ -492,42 +492,41 @@ void CommunicatorImpl::abort(const std::string& reason) {
   cv_.notify_all();
 }
 
-WorkPtr CommunicatorImpl::enqueue(std::unique_ptr<Op> op) {
-  const bool p2p = op->coll == Coll::kSend || op->coll == Coll::kRecv;
-  const bool blocking = op->opts.blocking && !p2p;  // a blocking send could never meet its receive
+WorkPtr CommunicatorImpl::enqueue(Op&& op) {
+  const bool p2p = op.coll == Coll::kSend || op.coll == Coll::kRecv;
+  const bool blocking = op.opts.blocking && !p2p;  // a blocking send could never meet its receive
   WorkPtr w;
   std::unique_lock<core::DriveLock> drive(driver_->lock(), std::defer_lock);
   bool now = false;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (stop_) throw Aborted(prefix(*op) + "the communicator is being destroyed");
+    if (stop_) throw Aborted(prefix(op) + "the communicator is being destroyed");
     // A blocking collective with nothing queued ahead of it runs right here,
     // in the calling thread: no hand-off to the executor and back (two futex
     // wake-ups and an eventfd write, more than a small collective costs on a
     // busy host). try_lock only: elsewhere the drive lock is taken before mu_.
-    if (!p2p) op->seq = next_seq_++;
+    if (!p2p) op.seq = next_seq_++;
     const bool was_empty = queue_.empty();
     // (Not before an earlier operation of a group sharing the transport.)
     if (blocking && was_empty && !busy_.load() && driver_->family->my_turn(&member_)) (void)drive.try_lock();
     // Alone in its family with nothing in flight, it need not pass through
-    // the queue at all (run_now).
+    // the queue at all (run_now), nor leave the caller's stack.
     now = drive.owns_lock() && driver_->family->size() <= 1 && inflight_count_.load() == 0 && !broken_;
     if (now) {
       busy_.store(true, std::memory_order_release);  // mu_ orders it for abort()
-      w = done_work(op->seq);
-      op->work = w;
-      observer_->enqueued(*op);
+      w = done_work(op.seq);
     } else {
-      op->ticket = driver_->family->draw(&member_, was_empty);
-      op->work = std::make_shared<Work>(op->seq);
-      if (!drive.owns_lock()) op->work->set_helper([d = driver_](const Work& w) { return d->help(w); });
-      observer_->enqueued(*op);
-      w = op->work;
-      queue_.push_back(std::move(op));
+      auto queued = std::make_unique<Op>(std::move(op));
+      queued->ticket = driver_->family->draw(&member_, was_empty);
+      queued->work = std::make_shared<Work>(queued->seq);
+      if (!drive.owns_lock()) queued->work->set_helper([d = driver_](const Work& w) { return d->help(w); });
+      observer_->enqueued(*queued);
+      w = queued->work;
+      queue_.push_back(std::move(queued));
     }
   }
   if (now) {
-    run_now(*op);
+    run_now(op, *w);
     return w;
   }
   if (drive.owns_lock()) {
@@ -561,10 +560,11 @@ WorkPtr CommunicatorImpl::done_work(uint64_t seq) {
 // A blocking collective of an idle communicator, alone in its family (see
 // enqueue): it runs here, under the drive lock the caller holds, as the
 // queue would run it, minus the queue.
-void CommunicatorImpl::run_now(Op& op) {
+void CommunicatorImpl::run_now(Op& op, Work& work) {
   transport_->set_spin_us(spin_us_);
   transport_->set_spin_yield(spin_yield_);
-  execute(op, true);  // enqueue() found it unbroken
+  observer_->started_now(op);
+  execute(op, work, true);  // enqueue() found it unbroken; `work` is not shared yet
   busy_.store(false, std::memory_order_release);
 }
 
@@ -600,7 +600,7 @@ bool CommunicatorImpl::drain(bool inline_caller, const Work* waiting) {
       wake_executor = deferring_;
     }
     if (wake_executor) cv_.notify_all();  // it deferred to us: it may go back to sleep
-    execute(*op);
+    execute(*op, *op->work);
     progressed = true;
     busy_.store(false);
   }
@@ -753,18 +753,25 @@ void CommunicatorImpl::reap_p2p() {
   }
 }
 
-void CommunicatorImpl::execute(Op& op, bool checked) {
+void CommunicatorImpl::execute(Op& op, Work& work, bool now) {
+  auto finish = [&](std::exception_ptr e) {
+    if (now) {
+      work.finish_unshared(std::move(e));
+    } else {
+      work.finish(std::move(e));
+    }
+  };
   std::exception_ptr broken;
-  if (!checked) {
+  if (!now) {
     std::lock_guard<std::mutex> g(mu_);
     broken = broken_;
   }
   if (broken) {
     observer_->finished(op, broken);
-    op.work->finish(core::with_context(broken, prefix(op)));
+    finish(core::with_context(broken, prefix(op)));
     return;
   }
-  observer_->started(op);
+  if (!now) observer_->started(op);  // run_now() said so
   try {
     if (op.coll == Coll::kSend || op.coll == Coll::kRecv) {
       post_p2p(op);
@@ -772,7 +779,7 @@ void CommunicatorImpl::execute(Op& op, bool checked) {
       driver_->family->running(&member_, op.seq);
       run_collective(op);
       observer_->finished(op, nullptr);
-      op.work->finish(nullptr);
+      finish(nullptr);
     }
     reap_p2p();
   } catch (...) {
@@ -789,7 +796,7 @@ void CommunicatorImpl::execute(Op& op, bool checked) {
     }
     observer_->finished(op, e);
     observer_->broke(e);
-    op.work->finish(core::with_context(e, prefix(op)));
+    finish(core::with_context(e, prefix(op)));
     fail_all(e);
   }
 }
@@ -877,7 +884,7 @@ void CommunicatorImpl::run_collective(Op& op) {
   const coll::Topology& topo = topology();
   if (!arena_checked_) setup_arena(Clock::now() + timeout);
   if (!op.algo) op.algo = &chosen(op.coll, a, topo);
-  coll::Ctx ctx(*transport_, op.seq, fp, Clock::now() + timeout, scratch_, tuning_, topo, arena_.get());
+  coll::Ctx ctx(*transport_, op.seq, fp, timeout, scratch_, tuning_, topo, arena_.get());
   observer_->running(op, ctx);
   op.algo->fn(ctx, a);
 

@@ -75,6 +75,19 @@ void FlightRecorder::ended(const TraceEntry& e) {
   slot->peers = e.peers;  // keeps the slot's capacity
 }
 
+void FlightRecorder::ended(uint64_t id, OpState state, int64_t started_us, int64_t ended_us, std::string_view algo,
+                           std::string_view error, const std::vector<int>& peers) {
+  std::lock_guard<SpinLock> g(mu_);
+  TraceEntry* slot = find(id);
+  if (!slot) return;
+  slot->state = state;
+  slot->started_us = started_us;
+  slot->ended_us = ended_us;
+  slot->algo = algo;
+  if (!error.empty() || !slot->error.empty()) slot->error.assign(error);
+  slot->peers.assign(peers.begin(), peers.end());
+}
+
 std::vector<TraceEntry> FlightRecorder::snapshot() const {
   std::lock_guard<SpinLock> g(mu_);
   std::vector<TraceEntry> out;

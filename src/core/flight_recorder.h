@@ -53,10 +53,32 @@ class FlightRecorder {
 
   // Records a queued operation (its id and state are set here); returns the id.
   uint64_t enqueued(const TraceEntry& e);
+  // Records an operation that is running already (one that runs as it is
+  // issued goes in once), written in place by `fill(entry)` under the lock:
+  // everything but the id, which is set here, and what only its end tells
+  // (cleared here). Returns the id.
+  template <class Fill>
+  uint64_t add_running(Fill&& fill) {
+    std::lock_guard<SpinLock> g(mu_);
+    if (ring_.empty()) return 0;
+    const uint64_t id = next_id_++;
+    TraceEntry& slot = ring_[id % ring_.size()];
+    slot.id = id;
+    slot.state = OpState::kRunning;
+    slot.ended_us = 0;
+    slot.peers.clear();  // (clear() keeps the capacity of the slot's strings and vectors)
+    slot.error.clear();
+    fill(slot);
+    return id;
+  }
   void started(uint64_t id, int64_t now_us, std::string_view algo);
   // The end of an operation: copies what is known only now (state, end
   // time, error, algorithm, peers) from `e` into the entry e.id.
   void ended(const TraceEntry& e);
+  // The same from its parts, without a TraceEntry to fill and copy: `error`
+  // is empty when there is none.
+  void ended(uint64_t id, OpState state, int64_t started_us, int64_t ended_us, std::string_view algo,
+             std::string_view error, const std::vector<int>& peers);
 
   // The entries still held, oldest first.
   std::vector<TraceEntry> snapshot() const;

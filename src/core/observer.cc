@@ -198,18 +198,36 @@ int64_t Observer::wall_us_at(int64_t steady) const {
   return (steady + wall_offset_ns_.load(std::memory_order_relaxed)) / 1000;
 }
 
-void Observer::enqueued(Op& op) {
+void Observer::enqueued(Op& op) { enqueued_at(op, now_ns(), true); }
+void Observer::started(Op& op) { started_at(op, now_ns()); }
+
+void Observer::started_now(Op& op) {
+  const int64_t now = now_ns();
+  enqueued_at(op, now, false);
+  started_at(op, now);
+  op.trace.unrecorded = recorder_.capacity() != 0;
+}
+
+void Observer::enqueued_at(Op& op, int64_t now, bool record) {
   if (!is_p2p(op.coll)) issued_.store(op.seq, std::memory_order_relaxed);
-  op.trace.enqueued_us = wall_us_at(now_ns());
-  if (recorder_.capacity() == 0) return;
+  op.trace.enqueued_us = wall_us_at(now);
+  if (!record || recorder_.capacity() == 0) return;
   TraceEntry e;
   fill_entry(e, op);
   e.enqueued_us = op.trace.enqueued_us;
   op.trace.id = recorder_.enqueued(e);
 }
 
-void Observer::started(Op& op) {
-  const int64_t now = now_ns();
+void Observer::record_running(Op& op) {
+  op.trace.id = recorder_.add_running([&](TraceEntry& e) {
+    fill_entry(e, op);
+    e.enqueued_us = op.trace.enqueued_us;
+    e.started_us = op.trace.started_us;
+  });
+  op.trace.unrecorded = false;
+}
+
+void Observer::started_at(Op& op, int64_t now) {
   op.trace.started_us = wall_us_at(now);
   if (!is_p2p(op.coll)) {
     started_coll_.store(static_cast<uint8_t>(op.coll), std::memory_order_relaxed);
@@ -221,7 +239,7 @@ void Observer::started(Op& op) {
   if (op.trace.id) recorder_.started(op.trace.id, op.trace.started_us, {});
 }
 
-void Observer::running(const Op& op, coll::Ctx& ctx) {
+void Observer::running(Op& op, coll::Ctx& ctx) {
   if (log_.info()) {
     if (!told_communicator_) {
       told_communicator_ = true;
@@ -235,22 +253,25 @@ void Observer::running(const Op& op, coll::Ctx& ctx) {
     log_.algorithm(op.coll, agreed_count(op) * dtype_size(op.args.dt), op.algo->name, forced);
   }
   if (recorder_.capacity() == 0 && !timeline_ && !log_.trace()) return;
-  if (op.trace.id) recorder_.started(op.trace.id, op.trace.started_us, op.algo->name);
+  if (op.trace.id) {
+    recorder_.started(op.trace.id, op.trace.started_us, op.algo->name);
+  } else if (op.trace.unrecorded) {
+    record_running(op);
+  }
   for (size_t i = 0; i < peer_words_; ++i) peer_bits_[i].store(0, std::memory_order_relaxed);
   ctx.note_peers(peer_bits_.get());
   peers_of_ = op.trace.id ? op.trace.id : op.seq;
 }
 
-void Observer::finished(const Op& op, std::exception_ptr err) {
+void Observer::finished(Op& op, std::exception_ptr err) {
   const int64_t now = now_ns();
+  if (op.trace.unrecorded) record_running(op);  // ended without running (count 0, or failed before)
   if (!is_p2p(op.coll) && op.seq > ended_.load(std::memory_order_relaxed)) {
     changed_at_ns_.store(now, std::memory_order_relaxed);
     ended_.store(op.seq, std::memory_order_release);
   }
   if (recorder_.capacity() == 0 && !timeline_ && !log_.trace()) return;
   TraceEntry& e = scratch_;
-  const bool whole = timeline_ || log_.trace();  // else the recorder takes only what changed
-  if (whole) fill_entry(e, op);
   e.algo = op.algo ? op.algo->name : std::string_view();
   e.id = op.trace.id;
   e.enqueued_us = op.trace.enqueued_us;
@@ -274,8 +295,9 @@ void Observer::finished(const Op& op, std::exception_ptr err) {
     }
     peers_of_ = 0;
   }
-  if (e.id) recorder_.ended(e);
-  if (!whole) return;
+  if (e.id) recorder_.ended(e.id, e.state, e.started_us, e.ended_us, e.algo, e.error, e.peers);
+  if (!timeline_ && !log_.trace()) return;
+  fill_entry(e, op);  // the whole entry, for the timeline and TRACE lines
   if (timeline_) timeline_->add(e);
   log_.operation(e);
 }

@@ -39,6 +39,9 @@ namespace core {
 // What an operation carries for the observer (a member of Op).
 struct OpTrace {
   uint64_t id = 0;  // the flight recorder's entry
+  // Runs as it is issued (Observer::started_now): its entry is made once,
+  // when it runs (running()), or when it ends without having run.
+  bool unrecorded = false;
   int64_t enqueued_us = 0;
   int64_t started_us = 0;
 };
@@ -65,10 +68,13 @@ class Observer {
 
   void enqueued(Op& op);
   void started(Op& op);
+  // Both at one reading of the clock: an operation that runs as it is
+  // issued (CommunicatorImpl::run_now).
+  void started_now(Op& op);
   // A collective whose algorithm is chosen and about to run in `ctx`.
-  void running(const Op& op, coll::Ctx& ctx);
+  void running(Op& op, coll::Ctx& ctx);
   // Any end of an operation: done (err null) or failed.
-  void finished(const Op& op, std::exception_ptr err);
+  void finished(Op& op, std::exception_ptr err);
   // The communicator broke with `cause`: dumps the recorder once (not for
   // aborts, which are local decisions).
   void broke(std::exception_ptr cause);
@@ -83,6 +89,9 @@ class Observer {
   std::string dump_path() const;
 
  private:
+  void enqueued_at(Op& op, int64_t now_ns, bool record);
+  void record_running(Op& op);  // the flight recorder's entry for an unrecorded operation
+  void started_at(Op& op, int64_t now_ns);
   void watch();
   Progress progress() const;
   int64_t wall_us_at(int64_t steady_ns) const;

@@ -30,6 +30,12 @@ namespace shoal::kernels {
 // Throws InvalidArgument for bitwise ops on floating types.
 void reduce(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
 
+// reduce() without its checks, for a caller that has made them already
+// (the collectives: the communicator checks (dt, op) and the buffers of
+// every call). On the path of small collectives the checks cost more than
+// the reduction.
+void reduce_unchecked(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
+
 // dst[i] = dst[i] (op) src[i]. Same rules as reduce().
 inline void reduce_inplace(DataType dt, ReduceOp op, void* dst, const void* src, size_t count) {
   reduce(dt, op, dst, dst, src, count);

@@ -34,6 +34,22 @@ enum class Space : uint8_t { kCollective = 0, kP2P = 1 };
 // number and the algorithm's step, or (kP2P) the user's tag in `seq`.
 // `ctx` tells apart the communicators that share one transport (a group
 // split from its parent, transport/context_transport.h); 0 for the parent.
+// A wait's deadline, `timeout` after the first look at it: a collective
+// whose waits all end at once reads no clock for it (a clock read is a fair
+// share of a small collective on shared memory).
+class LazyDeadline {
+ public:
+  explicit LazyDeadline(Clock::duration timeout) : timeout_(timeout) {}
+  Clock::time_point get() const {
+    if (at_ == Clock::time_point{}) at_ = Clock::now() + timeout_;
+    return at_;
+  }
+
+ private:
+  Clock::duration timeout_;
+  mutable Clock::time_point at_{};
+};
+
 struct Tag {
   Space space = Space::kCollective;
   uint64_t seq = 0;

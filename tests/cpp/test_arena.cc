@@ -99,6 +99,61 @@ void every_collective_in_many_rounds(int n, const std::map<std::string, std::str
 
 TEST(Arena, EveryCollectiveInManyRounds) { every_collective_in_many_rounds(3, {}); }
 
+// Rounds of at most HostArena::kInlineBytes per rank keep their data in the
+// rank's control line instead of its slot: every collective at float32
+// counts that straddle that size (4 to 40 bytes per rank; reduce_scatter
+// puts n times as much in a slot), up and then down, so that rounds in the
+// control line and in the slots follow each other on both round parities.
+TEST(Arena, SmallRoundsAroundTheInlineSize) {
+  constexpr int n = 3;
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    std::vector<size_t> counts;
+    for (size_t k = 1; k <= 10; ++k) counts.push_back(k);
+    for (size_t k = 10; k >= 1; --k) counts.push_back(k);
+    int step = 0;
+    for (size_t count : counts) {
+      ++step;
+      auto val = [&](int r, size_t i) { return static_cast<float>((i * 5 + static_cast<size_t>(r) * 7 + step) % 11); };
+      auto sum = [&](size_t i) {
+        float t = 0;
+        for (int r = 0; r < n; ++r) t += val(r, i);
+        return t;
+      };
+      std::vector<float> in(count), out(count, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+      c->allreduce(in.data(), out.data(), count, f32, ReduceOp::kSum, shared())->wait();
+      for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(out[i] == sum(i), "allreduce " << count << " i=" << i);
+
+      const int root = step % n;
+      std::vector<float> red(count, -1);
+      c->reduce(in.data(), red.data(), count, f32, ReduceOp::kSum, root, shared())->wait();
+      if (me == root) {
+        for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(red[i] == sum(i), "reduce " << count << " i=" << i);
+      }
+
+      std::vector<float> b = me == root ? in : std::vector<float>(count, -1);
+      c->broadcast(b.data(), count, f32, root, shared())->wait();
+      for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(b[i] == val(root, i), "broadcast " << count << " i=" << i);
+
+      std::vector<float> all(count * n, -1);
+      c->allgather(in.data(), all.data(), count, f32, shared())->wait();
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < count; ++i) {
+          SHOAL_CHECK_MSG(all[static_cast<size_t>(r) * count + i] == val(r, i), "allgather " << count << " r=" << r);
+        }
+      }
+
+      std::vector<float> full(count * n), mine(count, -1);
+      for (size_t j = 0; j < full.size(); ++j) full[j] = val(me, j);
+      c->reduce_scatter(full.data(), mine.data(), count, f32, ReduceOp::kSum, shared())->wait();
+      for (size_t i = 0; i < count; ++i) {
+        SHOAL_CHECK_MSG(mine[i] == sum(static_cast<size_t>(me) * count + i), "reduce_scatter " << count << " i=" << i);
+      }
+    }
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
 // With no spinning every wait goes to sleep on the peer's counter and is
 // woken by its arrival: the futex path, over many operations.
 TEST(Arena, EveryCollectiveThroughTheSleepingPath) { every_collective_in_many_rounds(4, {{"SHOAL_SPIN_US", "0"}}); }

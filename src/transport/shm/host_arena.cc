@@ -22,9 +22,12 @@ namespace shoal::transport::shm {
 namespace {
 
 constexpr uint32_t kArenaMagic = 0x53484152;  // "SHAR"
-constexpr uint32_t kArenaVersion = 2;  // 2: the control block notes the CPU
+constexpr uint32_t kArenaVersion = 3;  // 3: a control line per round parity, with inline data
 constexpr size_t kPage = 4096;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
+// Longer than a store can wait in a store buffer (a cache-line transfer,
+// well under a microsecond): see sleep_on().
+constexpr auto kStoreSettle = std::chrono::microseconds(2);
 // Spinning holds the core for this long, then yields it between polls.
 constexpr auto kYieldAfter = std::chrono::microseconds(10);
 // A waiter whose peer shares its CPU yields it for this long, then sleeps.
@@ -65,15 +68,24 @@ std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
-struct alignas(128) HostArena::Control {
-  std::atomic<uint32_t> flag{0};     // 2k + phase of the rank's last arrival (mod 2^32)
+// What a rank publishes about its rounds of one parity: round k uses
+// line[k % 2]. Everything a peer reads of a small round (the arrival, the
+// operation it belongs to, the CPU, the data) is in this one cache line, so
+// a small round costs one line fetched per peer and one taken back.
+struct alignas(HostArena::kLineBytes) HostArena::Line {  // 128: no neighbour for the adjacent-line prefetcher
+  std::atomic<uint32_t> flag{0};     // 2k + phase of the rank's last arrival in a round of this parity
   std::atomic<uint32_t> waiters{0};  // ranks asleep on `flag`
-  struct OpId {
-    uint64_t seq;
-    Fingerprint fp;
-  } op[2];  // the operation of the rank's round k, at k % 2 (written before phase 1)
-  std::atomic<int32_t> cpu{-1};  // the CPU the rank ran on when it began its last round
+  std::atomic<int32_t> cpu{-1};      // the CPU the rank ran on when it began the round
+  uint32_t unused = 0;
+  uint64_t seq = 0;  // the operation of the round (written before phase 1)
+  Fingerprint fp;
+  char data[kInlineBytes];  // the rank's slot for a round of at most kInlineBytes
 };
+
+struct HostArena::Control {
+  Line line[2];
+};
+
 
 namespace {
 
@@ -84,7 +96,7 @@ struct Layout {
 Layout layout(int size, size_t slot_bytes) {
   Layout l;
   l.ctl_off = kPage;
-  l.data_off = l.ctl_off + page_up(static_cast<size_t>(size) * 128);
+  l.data_off = l.ctl_off + page_up(static_cast<size_t>(size) * HostArena::kControlBytes);
   l.slot = page_up(slot_bytes);
   l.total = l.data_off + static_cast<size_t>(size) * 2 * l.slot;
   return l;
@@ -98,7 +110,9 @@ HostArena::HostArena(int rank, int size, size_t slot_bytes, void* map, size_t ma
   ctl_base_ = static_cast<char*>(map) + l.ctl_off;
   data_ = static_cast<char*>(map) + l.data_off;
   slot_bytes_ = l.slot;
-  static_assert(sizeof(Control) == 128);
+  static_assert(offsetof(Line, data) + kInlineBytes == 64, "a control line is one cache line");
+  static_assert(offsetof(Line, data) == kInlineOffset && sizeof(Line) == kLineBytes);
+  static_assert(sizeof(Control) == kControlBytes);
 }
 
 HostArena::~HostArena() {
@@ -136,7 +150,7 @@ std::unique_ptr<HostArena> HostArena::create(int rank, int size, uint64_t job, s
   h->job = job;
   h->size = static_cast<uint64_t>(size);
   h->slot_bytes = slot_bytes;
-  for (int r = 0; r < size; ++r) new (static_cast<char*>(m) + l.ctl_off + static_cast<size_t>(r) * 128) Control();
+  for (int r = 0; r < size; ++r) new (static_cast<char*>(m) + l.ctl_off + static_cast<size_t>(r) * HostArena::kControlBytes) Control();
   return std::unique_ptr<HostArena>(new HostArena(rank, size, slot_bytes, m, l.total, fd));
 }
 
@@ -180,42 +194,42 @@ std::unique_ptr<HostArena> HostArena::attach(int rank, int size, uint64_t job, c
 }
 
 HostArena::Control& HostArena::ctl(int r) const {
-  return *reinterpret_cast<Control*>(ctl_base_ + static_cast<size_t>(r) * 128);
+  return *reinterpret_cast<Control*>(ctl_base_ + static_cast<size_t>(r) * kControlBytes);
 }
 
-char* HostArena::slot(int r) const {
-  const size_t buf = static_cast<size_t>((round_ - 1) & 1);
-  return data_ + (static_cast<size_t>(r) * 2 + buf) * slot_bytes_;
-}
+
 
 void HostArena::begin(uint64_t seq, const Fingerprint& fp) {
   seq_ = seq;
   fp_ = fp;
-  Control::OpId& id = ctl(rank_).op[round_ & 1];
-  id.seq = seq;
-  id.fp = fp;
-  cpu_ = sched_getcpu();
-  ctl(rank_).cpu.store(cpu_, std::memory_order_relaxed);
   ++round_;
+  Line& l = line(rank_);
+  l.seq = seq;
+  l.fp = fp;
+  cpu_ = sched_getcpu();
+  l.cpu.store(cpu_, std::memory_order_relaxed);
 }
 
 void HostArena::arrive(int phase) {
-  Control& c = ctl(rank_);
-  // seq_cst: the store is ordered before the look at `waiters` (a sleeper
-  // registers, then looks at the counter: one of the two sees the other).
-  c.flag.store(static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase)), std::memory_order_seq_cst);
-  if (c.waiters.load(std::memory_order_seq_cst) != 0) futex(&c.flag, FUTEX_WAKE, INT_MAX, nullptr);
+  Line& c = line(rank_);
+  // A release store, not seq_cst: a locked store would hold this rank until
+  // the line came back from the peers that read it last round, a good part
+  // of a small round (bench/results/arena-round). So the look at `waiters`
+  // may pass the store: a rank registering to sleep just then may not be
+  // woken, and sleep_on() makes up for that.
+  c.flag.store(static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase)), std::memory_order_release);
+  if (c.waiters.load(std::memory_order_relaxed) != 0) futex(&c.flag, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
-void HostArena::wait_all(int phase, Clock::time_point deadline) {
+void HostArena::wait_all(int phase, const LazyDeadline& deadline) {
   for (int q = 0; q < size_; ++q) {
     if (q != rank_) wait_one(q, phase, deadline);
   }
 }
 
-void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
+void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
   const uint32_t target = static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase));
-  Control& c = ctl(peer);
+  Line& c = line(peer);
   uint32_t v = c.flag.load(std::memory_order_acquire);
   if (!reached(v, target)) {
     if (cpu_ >= 0 && c.cpu.load(std::memory_order_relaxed) == cpu_) {
@@ -264,11 +278,11 @@ void HostArena::wait_one(int peer, int phase, Clock::time_point deadline) {
 // once, and sleep if that does not bring the peer soon. Still together after
 // many rounds while there are cores enough, the higher rank of the two moves
 // (once in a while at most).
-void HostArena::wait_beside(int peer, uint32_t target, Clock::time_point deadline) {
+void HostArena::wait_beside(int peer, uint32_t target, const LazyDeadline& deadline) {
   if (++same_cpu_waits_ == kSameCpuMoveAfter && !spin_yield_ && rank_ > peer && proc::move_off_cpu(cpu_)) {
     same_cpu_waits_ = -kSameCpuMoveAgain;
   }
-  const Control& c = ctl(peer);
+  const Line& c = line(peer);
   const auto give_up = Clock::now() + kSameCpuYield;
   do {
     sched_yield();
@@ -281,7 +295,7 @@ void HostArena::wait_beside(int peer, uint32_t target, Clock::time_point deadlin
 // round stays in op[round % 2] until it begins round + 2, which it cannot
 // before this rank arrives in round + 1.
 void HostArena::check_peer(int peer) {
-  const Control::OpId& id = ctl(peer).op[(round_ - 1) & 1];
+  const Line& id = line(peer);
   if (id.seq == seq_ && id.fp == fp_) return;
   auto describe = [&](const Fingerprint& f) {
     return hooks_.describe_fp ? hooks_.describe_fp(f) : std::string("an operation");
@@ -292,13 +306,22 @@ void HostArena::check_peer(int peer) {
                  describe(id.fp));
 }
 
-void HostArena::sleep_on(int peer, uint32_t target, Clock::time_point deadline) {
-  Control& c = ctl(peer);
+void HostArena::sleep_on(int peer, uint32_t target, const LazyDeadline& deadline) {
+  Line& c = line(peer);
   const auto poll = std::chrono::milliseconds(hooks_.abort_poll_ms);
   auto next_check = Clock::now() + poll;
   for (;;) {
     c.waiters.fetch_add(1, std::memory_order_seq_cst);
-    const uint32_t v = c.flag.load(std::memory_order_seq_cst);
+    // The peer may have looked at `waiters` before this registration, with
+    // its arrival still in its store buffer (arrive()): not woken, this rank
+    // must see the arrival itself. A buffered store lands within a cache
+    // line's transfer, so the counter is watched for a while longer before
+    // the futex's own look at it (and the futex sleeps one slice at most).
+    uint32_t v = c.flag.load(std::memory_order_seq_cst);
+    for (const auto settled = Clock::now() + kStoreSettle; !reached(v, target) && Clock::now() < settled;) {
+      cpu_relax();
+      v = c.flag.load(std::memory_order_seq_cst);
+    }
     if (!reached(v, target)) {
       timespec ts{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kSleepSlice).count()};
       futex(&c.flag, FUTEX_WAIT, v, &ts);  // EAGAIN, ETIMEDOUT and EINTR all mean: look again
@@ -321,7 +344,7 @@ void HostArena::sleep_on(int peer, uint32_t target, Clock::time_point deadline) 
         if (auto e = hooks_.order_check(peer)) std::rethrow_exception(e);
       }
     }
-    if (now >= deadline) fail_wait(peer, target);
+    if (now >= deadline.get()) fail_wait(peer, target);
   }
 }
 

@@ -2,18 +2,23 @@
 // communicator that live on one host, for collectives that work directly on
 // shared buffers (src/collectives/*_shared.cc).
 //
-// Layout: a header page; one control block per rank (its arrival counter,
-// the number of ranks asleep on it, and the fingerprint of its current
-// operation); then per rank two data slots of `slot_bytes` each.
+// Layout: a header page; one control block per rank, of two cache lines,
+// one per round parity (each holds the rank's arrival counter for rounds of
+// that parity, the number of ranks asleep on it, the operation and the CPU
+// of the round, and kInlineBytes of data); then per rank two data slots of
+// `slot_bytes` each.
 //
 // Rounds: an operation is one or more rounds (a large one is cut into
-// slot-sized pieces). Every rank counts rounds alike, so round k uses slot
-// buffer k % 2 on every rank. In round k a rank announces phase 1 (its data
-// is in its slot) and phase 2 (its share of the result is in its slot) by
-// storing 2k+1 and 2k+2 in its counter; a rank waits for a phase of every
-// peer, or of one. Every round includes a wait for phase 1 of every peer, so
-// a rank that enters round k+2 knows all peers have left round k: the
-// buffer it is about to overwrite is no longer read (double buffering).
+// slot-sized pieces). Every rank counts rounds alike, so round k uses
+// control line k % 2 and slot buffer k % 2 on every rank. In round k a rank
+// announces phase 1 (its data is in its slot) and phase 2 (its share of the
+// result is in its slot) by storing 2k+1 and 2k+2 in the counter of line
+// k % 2; a rank waits for a phase of every peer, or of one. Every round
+// includes a wait for phase 1 of every peer, so a rank that enters round
+// k+2 knows all peers have left round k: the line and the buffer it is
+// about to overwrite are no longer read (double buffering). A round of at
+// most kInlineBytes per rank keeps its data in the control line: one cache
+// line moves per peer instead of two (slot(r, bytes)).
 //
 // Waiting spins for `spin_us`, then sleeps on the peer's counter (a futex
 // on shared memory; the arriving side wakes sleepers only when some are
@@ -86,21 +91,37 @@ class HostArena {
   // `seq` and `fp`; a peer that does not is a Mismatch once seen).
   void begin(uint64_t seq, const Fingerprint& fp);
   // Rank r's slot of the current round.
-  char* slot(int r) const;
+  char* slot(int r) const {
+    return data_ + (static_cast<size_t>(r) * 2 + static_cast<size_t>((round_ - 1) & 1)) * slot_bytes_;
+  }
+  // Rank r's buffer for `bytes` bytes per rank in the current round (every
+  // rank passes the same): in its control line when they fit, so that a
+  // peer fetches one cache line for the arrival and the data together;
+  // else slot(r).
+  char* slot(int r, size_t bytes) const { return bytes <= kInlineBytes ? line_at(r) + kInlineOffset : slot(r); }
+  static constexpr size_t kInlineBytes = 24;
+  // A rank's control block: two lines, 128 bytes apart (not neighbours for
+  // the adjacent-line prefetcher); its data at kInlineOffset in the line.
+  static constexpr size_t kLineBytes = 128, kControlBytes = 2 * kLineBytes, kInlineOffset = 40;
   // Announces `phase` (1 or 2) of the current round.
   void arrive(int phase);
   // Waits until every peer (or `peer`) has announced `phase` of the current
   // round. Throws the communicator's cause, PeerLost, Mismatch, or the
   // timed_out error at `deadline`.
-  void wait_all(int phase, Clock::time_point deadline);
-  void wait_one(int peer, int phase, Clock::time_point deadline);
+  void wait_all(int phase, const LazyDeadline& deadline);
+  void wait_one(int peer, int phase, const LazyDeadline& deadline);
 
  private:
+  struct Line;
   struct Control;
+  char* line_at(int r) const {  // rank r's control line of the current round
+    return ctl_base_ + static_cast<size_t>(r) * kControlBytes + static_cast<size_t>((round_ - 1) & 1) * kLineBytes;
+  }
+  Line& line(int r) const { return *reinterpret_cast<Line*>(line_at(r)); }
   HostArena(int rank, int size, size_t slot_bytes, void* map, size_t map_bytes, int fd);
   Control& ctl(int r) const;
-  void sleep_on(int peer, uint32_t target, Clock::time_point deadline);
-  void wait_beside(int peer, uint32_t target, Clock::time_point deadline);  // the peer shares this CPU
+  void sleep_on(int peer, uint32_t target, const LazyDeadline& deadline);
+  void wait_beside(int peer, uint32_t target, const LazyDeadline& deadline);  // the peer shares this CPU
   void check_peer(int peer);
   [[noreturn]] void fail_wait(int peer, uint32_t target);
 
