@@ -1,12 +1,14 @@
 // kernels/reduce.cc — argument checks and the one dispatch per call of reduce.h.
 //
 // Validates (dtype, op), pointers and overlap, then calls the typed loop that
-// the current CPU target's table (dispatch.h) holds for the pair. No state.
+// the current CPU target's table (dispatch.h) holds for the pair, or, for the
+// sum of a few elements of the common types, a plain loop. No state.
 #include "kernels/reduce.h"
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/dispatch.h"
 #include "shoal/error.h"
@@ -97,6 +99,43 @@ bool supported(DataType dt, ReduceOp op, const char** why) {
   return reason == nullptr;
 }
 
+namespace {
+
+// The sum of a few elements in plain code: for a handful of elements the
+// dispatch to a vector loop and its masked tail cost more than the sum. The
+// same results as the vector loop (IEEE addition element by element;
+// integers wrap, as there).
+template <class T, bool = std::is_integral_v<T>>
+struct Wrapping { using type = T; };
+template <class T>
+struct Wrapping<T, true> { using type = std::make_unsigned_t<T>; };
+
+template <class T>
+void sum_few(void* dst, const void* a, const void* b, size_t count) {
+  using U = typename Wrapping<T>::type;
+  auto* d = static_cast<T*>(dst);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < count; ++i) d[i] = static_cast<T>(static_cast<U>(x[i]) + static_cast<U>(y[i]));
+}
+
+constexpr size_t kFew = 16;
+
+}  // namespace
+
+void reduce_unchecked(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
+  if (count <= kFew && op == ReduceOp::kSum) {
+    switch (dt) {
+      case DataType::kFloat32: return sum_few<float>(dst, a, b, count);
+      case DataType::kFloat64: return sum_few<double>(dst, a, b, count);
+      case DataType::kInt32: return sum_few<int32_t>(dst, a, b, count);
+      case DataType::kInt64: return sum_few<int64_t>(dst, a, b, count);
+      default: break;
+    }
+  }
+  detail::reduce_table().fn[static_cast<int>(dt)][static_cast<int>(op)](dst, a, b, count);
+}
+
 void reduce(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   const char* why = nullptr;
   if (!supported(dt, op, &why)) {
@@ -113,11 +152,7 @@ void reduce(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, s
   check_not_null("b", b, count);
   check_overlap("a", a, dst, bytes);
   check_overlap("b", b, dst, bytes);
-  detail::reduce_table().fn[static_cast<int>(dt)][static_cast<int>(op)](dst, a, b, count);
-}
-
-void reduce_unchecked(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
-  detail::reduce_table().fn[static_cast<int>(dt)][static_cast<int>(op)](dst, a, b, count);
+  reduce_unchecked(dt, op, dst, a, b, count);
 }
 
 void scale(DataType dt, void* dst, const void* src, double factor, size_t count) {
