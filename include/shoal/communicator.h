@@ -106,8 +106,6 @@ class Work {
   explicit Work(uint64_t seq) : seq_(seq) {}
   void finish(std::exception_ptr err, int source = -1);
   void set_helper(std::function<bool(const Work&)> help) { help_ = std::move(help); }
-  // Makes a finished Work that nobody else holds new again, for `seq` (no
-  // lock: no other thread can reach it).
   // finish() for a Work no other thread can reach yet (one that runs before
   // its call returns): no lock, nobody to wake.
   void finish_unshared(std::exception_ptr err) {
@@ -115,6 +113,8 @@ class Work {
     error_ = std::move(err);
     finished_.store(true, std::memory_order_release);
   }
+  // Makes a finished Work that nobody else holds new again, for `seq` (no
+  // lock: no other thread can reach it).
   void reset(uint64_t seq) {
     seq_ = seq;
     done_ = false;

@@ -64,15 +64,7 @@ void FlightRecorder::started(uint64_t id, int64_t now_us, std::string_view algo)
 }
 
 void FlightRecorder::ended(const TraceEntry& e) {
-  std::lock_guard<SpinLock> g(mu_);
-  TraceEntry* slot = find(e.id);
-  if (!slot) return;
-  slot->state = e.state;
-  slot->started_us = e.started_us;
-  slot->ended_us = e.ended_us;
-  slot->algo = e.algo;
-  slot->error = e.error;
-  slot->peers = e.peers;  // keeps the slot's capacity
+  ended(e.id, e.state, e.started_us, e.ended_us, e.algo, e.error, e.peers);
 }
 
 void FlightRecorder::ended(uint64_t id, OpState state, int64_t started_us, int64_t ended_us, std::string_view algo,

@@ -49,49 +49,57 @@ OpOptions shared() {
 // Value of element i at rank r (small integers: exact in float64).
 double v(int r, size_t i) { return static_cast<double>((i * 7 + static_cast<size_t>(r) * 3) % 13); }
 
-// All five collectives, forced onto the arena, with slots of 4 KiB so that
-// every call runs many rounds, at counts that do not divide evenly.
+// All five collectives, forced onto the arena, at `count` elements of T
+// (`dt`) per block: element i of rank r's input is val(r, i), small
+// integers, so that sums are exact. The root of reduce and broadcast is
+// `root`.
+template <class T, class Val>
+void check_every_collective(Communicator& c, int me, int n, size_t count, DataType dt, int root, Val val) {
+  auto sum = [&](size_t i) {
+    T s = 0;
+    for (int r = 0; r < n; ++r) s += val(r, i);
+    return s;
+  };
+  std::vector<T> in(count), out(count, -1), all(count * static_cast<size_t>(n), -1);
+  for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+  c.allreduce(in.data(), out.data(), count, dt, ReduceOp::kSum, shared())->wait();
+  for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(out[i] == sum(i), "allreduce " << count << " i=" << i);
+
+  std::vector<T> red(count, -1);
+  c.reduce(in.data(), red.data(), count, dt, ReduceOp::kSum, root, shared())->wait();
+  if (me == root) {
+    for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(red[i] == sum(i), "reduce " << count << " i=" << i);
+  }
+
+  std::vector<T> b = me == root ? in : std::vector<T>(count, -1);
+  c.broadcast(b.data(), count, dt, root, shared())->wait();
+  for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(b[i] == val(root, i), "broadcast " << count << " i=" << i);
+
+  c.allgather(in.data(), all.data(), count, dt, shared())->wait();
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      SHOAL_CHECK_MSG(all[static_cast<size_t>(r) * count + i] == val(r, i), "allgather " << count << " r=" << r);
+    }
+  }
+
+  // reduce_scatter: element j of the full vector is val(rank, j).
+  std::vector<T> full(count * static_cast<size_t>(n)), mine(count, -1);
+  for (size_t j = 0; j < full.size(); ++j) full[j] = val(me, j);
+  c.reduce_scatter(full.data(), mine.data(), count, dt, ReduceOp::kSum, shared())->wait();
+  for (size_t i = 0; i < count; ++i) {
+    SHOAL_CHECK_MSG(mine[i] == sum(static_cast<size_t>(me) * count + i), "reduce_scatter " << count << " i=" << i);
+  }
+}
+
+// All five collectives with slots of 4 KiB, so that every call runs many
+// rounds, at counts that do not divide evenly.
 void every_collective_in_many_rounds(int n, const std::map<std::string, std::string>& env) {
   JobOptions jo;
   jo.env = env;
   jo.env["SHOAL_SHM_ARENA_BYTES"] = "4096";
   auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
     for (size_t count : {size_t{1}, size_t{511}, size_t{3001}, size_t{20011}}) {
-      std::vector<double> in(count), out(count, -1), all(count * static_cast<size_t>(n), -1);
-      for (size_t i = 0; i < count; ++i) in[i] = v(me, i);
-      auto sum = [&](size_t i) {
-        double s = 0;
-        for (int r = 0; r < n; ++r) s += v(r, i);
-        return s;
-      };
-      c->allreduce(in.data(), out.data(), count, f64, ReduceOp::kSum, shared())->wait();
-      for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(out[i] == sum(i), "allreduce " << count << " i=" << i);
-
-      std::vector<double> red(count, -1);
-      const int root = static_cast<int>(count % static_cast<size_t>(n));
-      c->reduce(in.data(), red.data(), count, f64, ReduceOp::kSum, root, shared())->wait();
-      if (me == root) {
-        for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(red[i] == sum(i), "reduce " << count << " i=" << i);
-      }
-
-      std::vector<double> b = me == root ? in : std::vector<double>(count, -1);
-      c->broadcast(b.data(), count, f64, root, shared())->wait();
-      for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(b[i] == v(root, i), "broadcast " << count << " i=" << i);
-
-      c->allgather(in.data(), all.data(), count, f64, shared())->wait();
-      for (int r = 0; r < n; ++r) {
-        for (size_t i = 0; i < count; ++i) {
-          SHOAL_CHECK_MSG(all[static_cast<size_t>(r) * count + i] == v(r, i), "allgather " << count << " r=" << r);
-        }
-      }
-
-      // reduce_scatter: element j of the full vector is v(rank, j).
-      std::vector<double> full(count * static_cast<size_t>(n)), mine(count, -1);
-      for (size_t j = 0; j < full.size(); ++j) full[j] = v(me, j);
-      c->reduce_scatter(full.data(), mine.data(), count, f64, ReduceOp::kSum, shared())->wait();
-      for (size_t i = 0; i < count; ++i) {
-        SHOAL_CHECK_MSG(mine[i] == sum(static_cast<size_t>(me) * count + i), "reduce_scatter " << count);
-      }
+      check_every_collective<double>(*c, me, n, count, f64, static_cast<int>(count % static_cast<size_t>(n)), v);
     }
   }, jo);
   EXPECT_EQ(test::failures(res), "");
@@ -114,41 +122,7 @@ TEST(Arena, SmallRoundsAroundTheInlineSize) {
     for (size_t count : counts) {
       ++step;
       auto val = [&](int r, size_t i) { return static_cast<float>((i * 5 + static_cast<size_t>(r) * 7 + step) % 11); };
-      auto sum = [&](size_t i) {
-        float t = 0;
-        for (int r = 0; r < n; ++r) t += val(r, i);
-        return t;
-      };
-      std::vector<float> in(count), out(count, -1);
-      for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
-      c->allreduce(in.data(), out.data(), count, f32, ReduceOp::kSum, shared())->wait();
-      for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(out[i] == sum(i), "allreduce " << count << " i=" << i);
-
-      const int root = step % n;
-      std::vector<float> red(count, -1);
-      c->reduce(in.data(), red.data(), count, f32, ReduceOp::kSum, root, shared())->wait();
-      if (me == root) {
-        for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(red[i] == sum(i), "reduce " << count << " i=" << i);
-      }
-
-      std::vector<float> b = me == root ? in : std::vector<float>(count, -1);
-      c->broadcast(b.data(), count, f32, root, shared())->wait();
-      for (size_t i = 0; i < count; ++i) SHOAL_CHECK_MSG(b[i] == val(root, i), "broadcast " << count << " i=" << i);
-
-      std::vector<float> all(count * n, -1);
-      c->allgather(in.data(), all.data(), count, f32, shared())->wait();
-      for (int r = 0; r < n; ++r) {
-        for (size_t i = 0; i < count; ++i) {
-          SHOAL_CHECK_MSG(all[static_cast<size_t>(r) * count + i] == val(r, i), "allgather " << count << " r=" << r);
-        }
-      }
-
-      std::vector<float> full(count * n), mine(count, -1);
-      for (size_t j = 0; j < full.size(); ++j) full[j] = val(me, j);
-      c->reduce_scatter(full.data(), mine.data(), count, f32, ReduceOp::kSum, shared())->wait();
-      for (size_t i = 0; i < count; ++i) {
-        SHOAL_CHECK_MSG(mine[i] == sum(static_cast<size_t>(me) * count + i), "reduce_scatter " << count << " i=" << i);
-      }
+      check_every_collective<float>(*c, me, n, count, f32, step % n, val);
     }
   });
   EXPECT_EQ(test::failures(res), "");

@@ -86,7 +86,6 @@ struct HostArena::Control {
   Line line[2];
 };
 
-
 namespace {
 
 struct Layout {
@@ -193,12 +192,6 @@ std::unique_ptr<HostArena> HostArena::attach(int rank, int size, uint64_t job, c
   return std::unique_ptr<HostArena>(new HostArena(rank, size, h->slot_bytes, m, total, -1));
 }
 
-HostArena::Control& HostArena::ctl(int r) const {
-  return *reinterpret_cast<Control*>(ctl_base_ + static_cast<size_t>(r) * kControlBytes);
-}
-
-
-
 void HostArena::begin(uint64_t seq, const Fingerprint& fp) {
   seq_ = seq;
   fp_ = fp;
@@ -292,8 +285,8 @@ void HostArena::wait_beside(int peer, uint32_t target, const LazyDeadline& deadl
 }
 
 // The peer has entered this round (or the next): its operation for this
-// round stays in op[round % 2] until it begins round + 2, which it cannot
-// before this rank arrives in round + 1.
+// round stays in its line of this round's parity until it begins round + 2,
+// which it cannot before this rank arrives in round + 1.
 void HostArena::check_peer(int peer) {
   const Line& id = line(peer);
   if (id.seq == seq_ && id.fp == fp_) return;

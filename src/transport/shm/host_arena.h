@@ -119,7 +119,6 @@ class HostArena {
   }
   Line& line(int r) const { return *reinterpret_cast<Line*>(line_at(r)); }
   HostArena(int rank, int size, size_t slot_bytes, void* map, size_t map_bytes, int fd);
-  Control& ctl(int r) const;
   void sleep_on(int peer, uint32_t target, const LazyDeadline& deadline);
   void wait_beside(int peer, uint32_t target, const LazyDeadline& deadline);  // the peer shares this CPU
   void check_peer(int peer);
