@@ -1,6 +1,7 @@
 """netbed: H "hosts" as network namespaces on one bridge, with shaped links.
 
-The whole implementation (stdlib only) is netbed.py; see docs/netbed.md.
+The bed (stdlib only) is netbed.py; probe.py measures what plain TCP moves through it
+and cpu_cost.py what a collective costs in CPU time on it; see docs/netbed.md.
 """
 from .netbed import (IFACE, JobResult, NetBed, NetBedError, NetBedUnavailable,  # noqa: F401
                      RankResult, check_bed, cleanup, cleanup_stale, list_netns, netns_pids,

@@ -9,7 +9,8 @@
 //
 // Cost (p ranks, n = p*count*elem bytes of output):
 // ceil(log2 p) alpha + (p-1)/p n beta, plus a local copy of n bytes.
-// Latency-optimal; chosen for small messages on p > 2 (see select.cc).
+// Latency-optimal; chosen for small messages on p > 2 when p is not a power
+// of two (recursive doubling otherwise; see select.cc).
 #include <cstring>
 
 #include "collectives/algorithms.h"

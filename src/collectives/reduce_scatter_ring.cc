@@ -10,7 +10,8 @@
 //
 // Cost (p ranks, n = count bytes per block, N = p n):
 //   (p-1) alpha + (p-1)/p N beta + (p-1)/p N gamma. Bandwidth-optimal.
-// The only reduce_scatter algorithm (see select.cc).
+// Chosen across hosts for 2 ranks, above 512 KiB, or for a world size that
+// is not a power of two (see select.cc).
 #include <vector>
 
 #include "collectives/algorithms.h"

@@ -3,7 +3,8 @@
 //
 // `bytes` below is the payload per rank: count * element size for
 // allreduce/broadcast/reduce, size * count * element size (the whole output)
-// for allgather/gather/scatter.
+// for allgather/gather/scatter, and the whole input (the same) for
+// reduce_scatter.
 #include "collectives/registry.h"
 #include "shoal/error.h"
 
@@ -53,7 +54,11 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     case Coll::kAllgather: {
       const size_t bytes = a.count * elem * static_cast<size_t>(size);
       if (arena) return must(c, "shared");
-      if (bytes <= 64 * KiB && size > 2) return must(c, "bruck");
+      if (bytes <= 64 * KiB && size > 2) {
+        // Same steps and bytes; recursive doubling needs no scratch or final
+        // rotation, and its first steps stay inside a host.
+        return must(c, (size & (size - 1)) == 0 ? "recursive_doubling" : "bruck");
+      }
       if (one_host && size > 2) return must(c, "direct");
       return must(c, "ring");
     }
@@ -64,9 +69,15 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       return must(c, "linear");
     }
     case Coll::kAllgatherv: return must(c, "ring");
-    case Coll::kReduceScatter:
+    case Coll::kReduceScatter: {
+      const size_t bytes = a.count * elem * static_cast<size_t>(size);  // the whole input
       if (arena) return must(c, "shared");
-      return must(c, one_host && size > 2 ? "direct" : "ring");
+      if (one_host && size > 2) return must(c, "direct");
+      if (size > 2 && (size & (size - 1)) == 0 && bytes <= 512 * KiB) {
+        return must(c, "recursive_halving");
+      }
+      return must(c, "ring");
+    }
     case Coll::kReduceScatterv: return must(c, "ring");
     case Coll::kAlltoall: return must(c, "pairwise");
     case Coll::kAlltoallv: return must(c, "pairwise");

@@ -8,6 +8,7 @@
 // floats, 1e-6 otherwise).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -282,10 +283,15 @@ TEST_P(WorldSize, ReduceScatterAlltoallAndV) {
           for (size_t i = 0; i < count * n; ++i) s.set(i, value(dt, op, me, i));
           OpOptions o;
           o.scale = kScale;
-          c->reduce_scatter(s.data(), r.data(), count, dt, op, o)->wait();
-          for (size_t i = 0; i < count; ++i)
-            EXPECT_ELEM(same(dt, op, r.at(i), reduced(dt, op, n, me * count + i)),
-                        "reduce_scatter " << base << " i=" << i << " got " << r.at(i));
+          for (const auto& algo : algos(coll::Coll::kReduceScatter)) {
+            o.algorithm = algo;
+            std::fill(r.bytes.begin(), r.bytes.end(), uint8_t{0xA5});
+            c->reduce_scatter(s.data(), r.data(), count, dt, op, o)->wait();
+            for (size_t i = 0; i < count; ++i)
+              EXPECT_ELEM(same(dt, op, r.at(i), reduced(dt, op, n, me * count + i)),
+                          "reduce_scatter " << algo << " " << base << " i=" << i << " got " << r.at(i));
+          }
+          o.algorithm.clear();
           // Variable counts: rank q receives count + q elements (rank 0 maybe none).
           std::vector<size_t> rc(n);
           for (int q = 0; q < n; ++q) rc[q] = (count + static_cast<size_t>(q)) % (count + 2);

@@ -4,9 +4,9 @@
   from 1 element to several 1 MiB segments; rooted ones rooted on the second host);
 - the shoal torch backend across the bed (all_reduce, all_gather, broadcast);
 - the bed itself: what it creates, that traffic crosses the shaped links, that the
-  shaper holds the line rate, that the root namespace is left alone, that the delay is
-  reported as it is, and that everything is removed on exit, on an exception, on
-  SIGTERM and when the owner is SIGKILLed;
+  shaper holds the line rate, that the TCP probe sees the shaped rate, that the root
+  namespace is left alone, that the delay is reported as it is, and that everything is
+  removed on exit, on an exception, on SIGTERM and when the owner is SIGKILLed;
 - the job runner: environment of each rank, a failing rank stops the job, timeouts.
 
 Skipped (with the reason) where namespaces cannot be created.
@@ -161,6 +161,20 @@ def test_shaper_holds_the_line_rate(netns_ok, shoal_perf):
     # Each rank sends `size` bytes one way while receiving as much: one link direction.
     assert row["algbw"] <= 1.03 * link, row
     assert row["algbw"] >= 0.5 * link, row
+
+
+def test_tcp_probe_measures_the_shaped_rate(netns_ok):
+    # bench/netbed/probe.py, the reference of bench/compare's "% of what TCP moves":
+    # at 1 Gbit/s it must see the shaper's limit (the bucket adds at most its size once),
+    # and traffic in both directions when asked.
+    from netbed.probe import tcp_probe
+    with netbed.NetBed(hosts=2, rate="1gbit", delay_us=0) as bed:
+        link = bed.link_GBps
+        allowance = link + bed.burst / 1.0 / 1e9  # the rate plus one bucket over the 1 s window
+        one = tcp_probe(bed, seconds=1.0, streams=1, both_ways=False)
+        both = tcp_probe(bed, seconds=1.0, streams=2, both_ways=True)
+    assert 0 < one["GBps"] <= 1.02 * allowance, one
+    assert 0 < both["GBps"] <= 1.02 * allowance, both
 
 
 # --------------------------------------------------------------------------- job runner
