@@ -26,6 +26,7 @@ void reduce_shared(Ctx& c, const Args& a);
 void allgather_ring(Ctx& c, const Args& a);
 void allgather_bruck(Ctx& c, const Args& a);
 void allgather_recursive_doubling(Ctx& c, const Args& a);
+void allgather_hierarchical(Ctx& c, const Args& a);
 void allgather_direct(Ctx& c, const Args& a);
 void allgather_shared(Ctx& c, const Args& a);
 void allgatherv_ring(Ctx& c, const Args& a);
@@ -33,6 +34,7 @@ void allgatherv_ring(Ctx& c, const Args& a);
 void reduce_scatter_ring(Ctx& c, const Args& a);
 void reduce_scatter_direct(Ctx& c, const Args& a);
 void reduce_scatter_recursive_halving(Ctx& c, const Args& a);
+void reduce_scatter_hierarchical(Ctx& c, const Args& a);
 void reduce_scatter_shared(Ctx& c, const Args& a);
 void reduce_scatterv_ring(Ctx& c, const Args& a);
 

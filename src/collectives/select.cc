@@ -59,6 +59,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
         // rotation, and its first steps stay inside a host.
         return must(c, (size & (size - 1)) == 0 ? "recursive_doubling" : "bruck");
       }
+      if (topo.hierarchical() && topo.uniform()) return must(c, "hierarchical");
       if (one_host && size > 2) return must(c, "direct");
       return must(c, "ring");
     }
@@ -76,6 +77,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       if (size > 2 && (size & (size - 1)) == 0 && bytes <= 512 * KiB) {
         return must(c, "recursive_halving");
       }
+      if (topo.hierarchical() && topo.uniform()) return must(c, "hierarchical");
       return must(c, "ring");
     }
     case Coll::kReduceScatterv: return must(c, "ring");

@@ -47,17 +47,24 @@ TEST(Hierarchy, FlatCases) {
   EXPECT_EQ(make_topology({}).nhosts(), 0);
 }
 
+// Rank `me`'s communicator with rank r on fake host host_of[r] and the given
+// algorithm overrides.
+std::shared_ptr<Communicator> on_fake_host(const std::shared_ptr<Store>& store, int me, int n,
+                                           const std::vector<int>& host_of, const std::string& algorithms) {
+  setenv("SHOAL_HOST_ID", ("fake-host-" + std::to_string(host_of[static_cast<size_t>(me)])).c_str(), 1);
+  Options o;
+  o.name = "topo";
+  o.algorithms = algorithms;
+  return Communicator::create(store, me, n, o);
+}
+
 // `hosts` fake hosts: rank r is on host host_of(r). Every rank checks an
 // allreduce of known values with the given algorithm ("" = the table's choice).
 void check_allreduce(int n, std::vector<int> host_of, const std::string& algo) {
   test::JobOptions jo;
   jo.create_comm = false;
   auto res = run_ranks(n, [&](std::shared_ptr<Communicator>&, int me, int, const std::shared_ptr<Store>& store) {
-    setenv("SHOAL_HOST_ID", ("fake-host-" + std::to_string(host_of[static_cast<size_t>(me)])).c_str(), 1);
-    Options o;
-    o.name = "topo";
-    o.algorithms = algo.empty() ? "" : "allreduce=" + algo;
-    auto c = Communicator::create(store, me, n, o);
+    auto c = on_fake_host(store, me, n, host_of, algo.empty() ? "" : "allreduce=" + algo);
     for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{65537}, (size_t{1} << 20) + 3}) {
       for (bool in_place : {false, true}) {
         std::vector<int32_t> in(count), out(count, -7);
@@ -90,6 +97,62 @@ void check_allreduce(int n, std::vector<int> host_of, const std::string& algo) {
   EXPECT_EQ(test::failures(res), "");
 }
 
+// The same for allgather and reduce_scatter (int32 sum, and float32 max for
+// reduce_scatter), out of place and, for allgather, in place, with the given
+// algorithms ("" = the table's choice).
+void check_gather_scatter(int n, std::vector<int> host_of, const std::string& ag, const std::string& rs) {
+  test::JobOptions jo;
+  jo.create_comm = false;
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>&, int me, int, const std::shared_ptr<Store>& store) {
+    std::string algorithms;
+    if (!ag.empty()) algorithms += "allgather=" + ag;
+    if (!rs.empty()) algorithms += (algorithms.empty() ? "reduce_scatter=" : ",reduce_scatter=") + rs;
+    auto c = on_fake_host(store, me, n, host_of, algorithms);
+    const size_t p = static_cast<size_t>(n);
+    auto val = [](size_t r, size_t i) { return static_cast<int32_t>((i * 7 + r * 11) % 1000); };
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{65537}, (size_t{1} << 18) + 3}) {
+      for (bool in_place : {false, true}) {
+        std::vector<int32_t> mine(count), all(count * p, -7);
+        for (size_t i = 0; i < count; ++i) mine[i] = val(static_cast<size_t>(me), i);
+        const int32_t* src = mine.data();
+        if (in_place) {
+          std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(count * static_cast<size_t>(me)));
+          src = all.data() + count * static_cast<size_t>(me);
+        }
+        c->allgather(src, all.data(), count, DataType::kInt32)->wait();
+        size_t bad = 0;
+        for (size_t r = 0; r < p; ++r)
+          for (size_t i = 0; i < count; ++i) bad += all[r * count + i] != val(r, i);
+        SHOAL_CHECK_MSG(bad == 0, "allgather count " << count << " in_place " << in_place << ": " << bad << " wrong");
+      }
+      // reduce_scatter: element k of rank r's input is val(r, k); rank me gets block me.
+      std::vector<int32_t> full(count * p), got(count, -7);
+      for (size_t k = 0; k < full.size(); ++k) full[k] = val(static_cast<size_t>(me), k);
+      c->reduce_scatter(full.data(), got.data(), count, DataType::kInt32, ReduceOp::kSum)->wait();
+      size_t bad = 0;
+      for (size_t i = 0; i < count; ++i) {
+        int64_t want = 0;
+        for (size_t r = 0; r < p; ++r) want += val(r, static_cast<size_t>(me) * count + i);
+        bad += got[i] != want;
+      }
+      SHOAL_CHECK_MSG(bad == 0, "reduce_scatter sum count " << count << ": " << bad << " wrong");
+      std::vector<float> ff(count * p), fg(count, -1.0f);
+      for (size_t k = 0; k < ff.size(); ++k) ff[k] = static_cast<float>((k + static_cast<size_t>(me) * 3) % 17);
+      c->reduce_scatter(ff.data(), fg.data(), count, DataType::kFloat32, ReduceOp::kMax)->wait();
+      bad = 0;
+      for (size_t i = 0; i < count; ++i) {
+        float want = 0;
+        const size_t k = static_cast<size_t>(me) * count + i;
+        for (size_t r = 0; r < p; ++r) want = std::max(want, static_cast<float>((k + r * 3) % 17));
+        bad += fg[i] != want;
+      }
+      SHOAL_CHECK_MSG(bad == 0, "reduce_scatter max count " << count << ": " << bad << " wrong");
+    }
+    c->barrier()->wait();
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
 TEST(Topology, HierarchicalTwoHostsOfTwo) { check_allreduce(4, {0, 0, 1, 1}, "hierarchical"); }
 TEST(Topology, HierarchicalInterleavedRanks) { check_allreduce(6, {0, 1, 2, 0, 1, 2}, "hierarchical"); }
 TEST(Topology, HierarchicalTwoHostsOfThree) { check_allreduce(6, {0, 0, 0, 1, 1, 1}, "hierarchical"); }
@@ -98,6 +161,25 @@ TEST(Topology, HierarchicalTwoHostsOfOne) { check_allreduce(2, {0, 1}, "hierarch
 TEST(Topology, HierarchicalUnevenHostsFallsBack) { check_allreduce(5, {0, 0, 0, 1, 1}, "hierarchical"); }
 TEST(Topology, TableChoiceAcrossHosts) { check_allreduce(4, {0, 0, 1, 1}, ""); }
 TEST(Topology, RingAcrossHostsMixesTransports) { check_allreduce(4, {0, 1, 0, 1}, "ring"); }
+
+TEST(Topology, GatherScatterHierarchicalTwoHostsOfTwo) {
+  check_gather_scatter(4, {0, 0, 1, 1}, "hierarchical", "hierarchical");
+}
+TEST(Topology, GatherScatterHierarchicalInterleaved) {
+  check_gather_scatter(6, {0, 1, 2, 0, 1, 2}, "hierarchical", "hierarchical");
+}
+TEST(Topology, GatherScatterHierarchicalTwoHostsOfThree) {
+  check_gather_scatter(6, {0, 0, 0, 1, 1, 1}, "hierarchical", "hierarchical");
+}
+TEST(Topology, GatherScatterHierarchicalFallsBack) {
+  check_gather_scatter(5, {0, 0, 0, 1, 1}, "hierarchical", "hierarchical");  // uneven hosts: the ring
+  check_gather_scatter(2, {0, 1}, "hierarchical", "hierarchical");           // one rank per host: the ring
+}
+TEST(Topology, GatherScatterRecursiveAcrossHosts) {
+  check_gather_scatter(4, {0, 0, 1, 1}, "recursive_doubling", "recursive_halving");
+  check_gather_scatter(4, {0, 1, 0, 1}, "recursive_doubling", "recursive_halving");
+}
+TEST(Topology, GatherScatterTableChoiceAcrossHosts) { check_gather_scatter(4, {0, 0, 1, 1}, "", ""); }
 
 }  // namespace
 }  // namespace shoal

@@ -64,5 +64,29 @@ inline std::vector<int> peers_across_hosts(const Topology& t, int j) {
   return out;
 }
 
+// Where a rank sits: its host, its index there, its host's ranks, and the
+// ranks with the same index on every host (peers_across_hosts).
+struct Place {
+  int host = 0;
+  int index = 0;
+  std::vector<int> local;
+  std::vector<int> across;
+};
+
+inline Place place_of(const Topology& t, int rank) {
+  Place p;
+  p.host = t.host_of[static_cast<size_t>(rank)];
+  p.index = t.local_index[static_cast<size_t>(rank)];
+  p.local = t.hosts[static_cast<size_t>(p.host)];
+  p.across = peers_across_hosts(t, p.index);
+  return p;
+}
+
+// The two-level algorithms apply: `size` ranks on several hosts with the
+// same number each, more than one per host.
+inline bool two_level(const Topology& t, int size) {
+  return t.host_of.size() == static_cast<size_t>(size) && t.uniform() && t.hierarchical();
+}
+
 }  // namespace patterns
 }  // namespace shoal::coll
