@@ -146,11 +146,22 @@ except (OSError, AttributeError):
     _prctl = None
 
 
+# Signals that stop an owner; held off while a rank is being started (see job()).
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
 def _die_with_parent():
     """preexec_fn: own process group, and SIGKILL when the parent (thread) dies."""
     os.setpgid(0, 0)
     if _prctl is not None:
         _prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # job() holds them off in the parent
+
+
+def _own_group():
+    """preexec_fn: own process group only."""
+    os.setpgid(0, 0)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def probe():
@@ -433,7 +444,7 @@ class NetBed:
 
     def down(self):
         """Remove everything (idempotent). Signals are held off while it runs."""
-        blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        blocked = STOP_SIGNALS
         is_main = threading.current_thread() is threading.main_thread()
         if is_main:
             signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
@@ -676,7 +687,7 @@ class NetBed:
 
         The process gets its own process group and, with die_with_parent, is SIGKILLed
         when the thread that started it exits. env: the full environment (default: ours)."""
-        preexec = _die_with_parent if die_with_parent else os.setpgrp
+        preexec = _die_with_parent if die_with_parent else _own_group
         return subprocess.Popen(self.wrap(host, argv), env=env, preexec_fn=preexec,
                                 **popen_kw)
 
@@ -727,17 +738,27 @@ class NetBed:
 
         t0 = time.monotonic()
         timed_out = False
+        # A stop signal (Ctrl-C, SIGTERM) that lands while a rank is being started could
+        # leave a process this job does not know of, which nothing would stop: the
+        # signals wait until the rank is on the lists (the child unblocks them).
+        hold = threading.current_thread() is threading.main_thread()
         try:
             for rank in range(world):
                 host, local = divmod(rank, per_host)
                 cmd = argv(rank) if callable(argv) else argv
-                p = self.run(host, cmd, env=self.rank_env(rank, world, host, local, per_host,
-                                                          port, env),
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, errors="replace", cwd=cwd)
-                res = RankResult(rank, host, local, p.pid)
-                ranks.append(res)
-                procs.append(p)
+                rank_env = self.rank_env(rank, world, host, local, per_host, port, env)
+                if hold:
+                    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+                try:
+                    p = self.run(host, cmd, env=rank_env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 errors="replace", cwd=cwd)
+                    res = RankResult(rank, host, local, p.pid)
+                    ranks.append(res)
+                    procs.append(p)
+                finally:
+                    if hold:
+                        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
                 for stream, pipe, sink in (("stdout", p.stdout, res._out),
                                            ("stderr", p.stderr, res._err)):
                     t = threading.Thread(target=reader, args=(res, stream, pipe, sink),

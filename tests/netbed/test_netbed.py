@@ -259,7 +259,14 @@ def test_cleanup_on_exception(netns_ok):
 def test_cleanup_on_signal(netns_ok, sig):
     p, prefix = bed_process("bed.job(['sleep', '60'], per_host=1, timeout=120)")
     p.send_signal(sig)
-    p.wait(timeout=20)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:  # say where it hung
+        tree = subprocess.run(["ps", "-o", "pid,ppid,pgid,stat,wchan:24,cmd", "--ppid",
+                               str(p.pid)], capture_output=True, text=True).stdout
+        p.kill()
+        pytest.fail(f"the owner did not exit within 20 s of {sig!r}; its children:\n{tree}\n"
+                    f"its stderr:\n{p.communicate()[1][-3000:]}")
     # SIGTERM/SIGINT: the owner removes the bed; SIGKILL: its guard process does.
     wait_for(lambda: gone(prefix), 15, f"namespaces {prefix}-* to be removed")
     assert netbed.read_state(prefix) is None
