@@ -235,8 +235,12 @@ def bed_process(code):
             "with NetBed(hosts=2, delay_us=0) as bed:\n"
             "    print(bed.prefix, flush=True)\n"
             "    %s\n") % (str(REPO / "bench"), code)
+    # SIGINT back to its default: a test run started in the background by a
+    # non-interactive shell (`make test &`) inherits it ignored, and the owner
+    # would never see the SIGINT the test sends.
     p = subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     prefix = p.stdout.readline().strip()
     assert prefix, p.stderr.read()
     assert any(n.startswith(prefix + "-") for n in netbed.list_netns())
