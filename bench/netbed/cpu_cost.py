@@ -22,19 +22,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 USER_HZ = os.sysconf("SC_CLK_TCK")
 
 
-def busy_and_total():
+def busy():
+    """Busy CPU time of the whole machine so far, in ticks (all but idle and iowait)."""
     v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return sum(v) - v[3] - v[4], sum(v)  # all but idle and iowait
+    return sum(v) - v[3] - v[4]
 
 
 def job(bed, a, iters):
     argv = [os.path.join(REPO, "build", "bin", "shoal-perf"), "--op", a.op, "-b", a.size,
             "-e", a.size, "--iters", str(iters), "--warmup", "2", "--format", "json"]
-    b0, _ = busy_and_total()
+    b0 = busy()
     w0 = time.monotonic()
     res = bed.job(argv, per_host=a.per_host)
     w1 = time.monotonic()
-    b1, _ = busy_and_total()
+    b1 = busy()
     res.raise_for_status()
     row = [json.loads(x) for x in res.ranks[0].stdout.splitlines() if x.startswith("{")][0]
     return (b1 - b0) / USER_HZ, w1 - w0, row["time_us"]

@@ -30,7 +30,7 @@ def _connect(addr, port, deadline):
     while True:
         try:
             return socket.create_connection((addr, port), timeout=5)
-        except (ConnectionRefusedError, OSError):
+        except OSError:  # refused, or not routable yet
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.01)  # polling for the peer's listen()

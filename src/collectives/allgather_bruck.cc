@@ -22,9 +22,8 @@ void allgather_bruck(Ctx& c, const Args& a) {
   const int n = c.size(), r = c.rank();
   const size_t es = a.elem(), bb = a.count * es;  // block bytes
   char* out = static_cast<char*>(a.recv);
-  char* own = out + r * bb;
-  // In place: send == recv (data already at its block) or send == its block.
-  const char* mine = (a.send == a.recv || a.send == own) ? own : static_cast<const char*>(a.send);
+  char* own = a.own_block(r);
+  const char* mine = a.allgather_input(r);
   if (n == 1) {
     if (mine != own) std::memcpy(own, mine, bb);
     return;

@@ -18,10 +18,7 @@ void allgather_direct(Ctx& c, const Args& a) {
   const EqualBlocks b(n, a.count);
   RingGroup g{ranks.data(), n, c.rank()};
   char* out = static_cast<char*>(a.recv);
-  // In place (send == recv): the data is already at this rank's block.
-  const char* mine = a.in_place() ? out + b.displs[static_cast<size_t>(c.rank())] * a.elem()
-                                  : static_cast<const char*>(a.send);
-  direct_allgather(c, g, a, mine, b.counts.data(), b.displs.data(), out, 0);
+  direct_allgather(c, g, a, a.allgather_input(c.rank()), b.counts.data(), b.displs.data(), out, 0);
 }
 
 }  // namespace shoal::coll

@@ -39,9 +39,8 @@ void allgather_hierarchical(Ctx& c, const Args& a) {
   const int me = c.rank();
   const size_t es = a.elem(), bb = a.count * es;
   char* out = static_cast<char*>(a.recv);
-  char* own = out + static_cast<size_t>(me) * bb;
-  // In place: send == recv (data already at its block) or send == its block.
-  const char* mine = (a.send == a.recv || a.send == own) ? own : static_cast<const char*>(a.send);
+  char* own = a.own_block(me);
+  const char* mine = a.allgather_input(me);
   const patterns::Place pl = patterns::place_of(t, me);
   const int host = pl.host, j = pl.index;
   const std::vector<int>&local = pl.local, &across = pl.across;

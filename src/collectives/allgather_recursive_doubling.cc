@@ -22,14 +22,15 @@ namespace shoal::coll {
 
 void allgather_recursive_doubling(Ctx& c, const Args& a) {
   const int n = c.size(), r = c.rank();
-  if (patterns::pow2_floor(n) != n) {
+  if (!patterns::is_pow2(n)) {
     allgather_bruck(c, a);
     return;
   }
   const size_t bb = a.count * a.elem();  // block bytes
   char* out = static_cast<char*>(a.recv);
-  char* own = out + static_cast<size_t>(r) * bb;
-  if (a.send != a.recv && a.send != own) std::memcpy(own, a.send, bb);
+  char* own = a.own_block(r);
+  const char* mine = a.allgather_input(r);
+  if (mine != own) std::memcpy(own, mine, bb);
   uint32_t step = 0;
   for (int j = 0; (1 << j) < n; ++j, ++step) {
     const patterns::BlockSpan have = patterns::doubling_have(r, j);

@@ -18,9 +18,8 @@ void allgather_shared(Ctx& c, const Args& a) {
   const int n = c.size(), me = c.rank();
   const size_t es = a.elem();
   char* out = static_cast<char*>(a.recv);
-  // In place (send == recv): the data is already at this rank's block.
-  const char* mine = a.in_place() ? out + a.count * es * static_cast<size_t>(me) : static_cast<const char*>(a.send);
-  char* own_block = out + a.count * es * static_cast<size_t>(me);
+  const char* mine = a.allgather_input(me);
+  char* own_block = a.own_block(me);
   if (n == 1) {
     if (mine != own_block) copy(own_block, mine, a.count * es);
     return;

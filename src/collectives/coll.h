@@ -72,6 +72,15 @@ struct Args {
 
   size_t elem() const { return dtype_size(dt); }
   bool in_place() const { return send == recv; }
+  // allgather: this rank's block of recv.
+  char* own_block(int rank) const {
+    return static_cast<char*>(recv) + static_cast<size_t>(rank) * count * elem();
+  }
+  // allgather: this rank's input; in place (send == recv) it is already its
+  // own block of recv.
+  const char* allgather_input(int rank) const {
+    return in_place() ? own_block(rank) : static_cast<const char*>(send);
+  }
 };
 
 struct Tuning {

@@ -30,7 +30,7 @@ namespace shoal::coll {
 
 void reduce_scatter_recursive_halving(Ctx& c, const Args& a) {
   const int n = c.size(), r = c.rank();
-  if (patterns::pow2_floor(n) != n) {
+  if (!patterns::is_pow2(n)) {
     reduce_scatter_ring(c, a);
     return;
   }

@@ -5,6 +5,7 @@
 // allreduce/broadcast/reduce, size * count * element size (the whole output)
 // for allgather/gather/scatter, and the whole input (the same) for
 // reduce_scatter.
+#include "collectives/patterns/recursive.h"
 #include "collectives/registry.h"
 #include "shoal/error.h"
 
@@ -28,12 +29,14 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
   // Every rank on this host: shared memory, where pulling from all peers at
   // once beats passing around a ring.
   const bool one_host = topo.nhosts() == 1;
+  // Several hosts with the same number of ranks each, more than one per host.
+  const bool two_level = patterns::two_level(topo, size);
   switch (c) {
     case Coll::kAllreduce: {
       const size_t bytes = a.count * elem;
       if (arena) return must(c, "shared");
       if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
-      if (topo.hierarchical() && topo.uniform() && bytes > 256 * KiB) return must(c, "hierarchical");
+      if (two_level && bytes > 256 * KiB) return must(c, "hierarchical");
       if (one_host && size > 2 && bytes > 256 * KiB) return must(c, "direct");
       if (bytes <= 256 * KiB && size > 2) return must(c, "rabenseifner");
       return must(c, "ring");
@@ -57,9 +60,9 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       if (bytes <= 64 * KiB && size > 2) {
         // Same steps and bytes; recursive doubling needs no scratch or final
         // rotation, and its first steps stay inside a host.
-        return must(c, (size & (size - 1)) == 0 ? "recursive_doubling" : "bruck");
+        return must(c, patterns::is_pow2(size) ? "recursive_doubling" : "bruck");
       }
-      if (topo.hierarchical() && topo.uniform()) return must(c, "hierarchical");
+      if (two_level) return must(c, "hierarchical");
       if (one_host && size > 2) return must(c, "direct");
       return must(c, "ring");
     }
@@ -74,10 +77,10 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       const size_t bytes = a.count * elem * static_cast<size_t>(size);  // the whole input
       if (arena) return must(c, "shared");
       if (one_host && size > 2) return must(c, "direct");
-      if (size > 2 && (size & (size - 1)) == 0 && bytes <= 512 * KiB) {
+      if (size > 2 && patterns::is_pow2(size) && bytes <= 512 * KiB) {
         return must(c, "recursive_halving");
       }
-      if (topo.hierarchical() && topo.uniform()) return must(c, "hierarchical");
+      if (two_level) return must(c, "hierarchical");
       return must(c, "ring");
     }
     case Coll::kReduceScatterv: return must(c, "ring");

@@ -165,16 +165,16 @@ def test_shaper_holds_the_line_rate(netns_ok, shoal_perf):
 
 def test_tcp_probe_measures_the_shaped_rate(netns_ok):
     # bench/netbed/probe.py, the reference of bench/compare's "% of what TCP moves":
-    # at 1 Gbit/s it must see the shaper's limit (the bucket adds at most its size once),
-    # and traffic in both directions when asked.
+    # at 1 Gbit/s, far below what this machine's CPUs move, it must see the shaper's
+    # limit (the bucket adds at most its size once), one way and both ways at once.
     from netbed.probe import tcp_probe
     with netbed.NetBed(hosts=2, rate="1gbit", delay_us=0) as bed:
         link = bed.link_GBps
         allowance = link + bed.burst / 1.0 / 1e9  # the rate plus one bucket over the 1 s window
         one = tcp_probe(bed, seconds=1.0, streams=1, both_ways=False)
         both = tcp_probe(bed, seconds=1.0, streams=2, both_ways=True)
-    assert 0 < one["GBps"] <= 1.02 * allowance, one
-    assert 0 < both["GBps"] <= 1.02 * allowance, both
+    assert 0.5 * link <= one["GBps"] <= 1.02 * allowance, one
+    assert 0.5 * link <= both["GBps"] <= 1.02 * allowance, both
 
 
 # --------------------------------------------------------------------------- job runner

@@ -39,6 +39,8 @@ inline int pow2_floor(int n) {
   return p;
 }
 
+inline bool is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
 // floor(log2(n)) for n >= 1.
 inline int log2_floor(int n) {
   int k = 0;
