@@ -18,6 +18,7 @@ void broadcast_binomial(Ctx& c, const Args& a);
 void broadcast_scatter_allgather(Ctx& c, const Args& a);
 void broadcast_chain(Ctx& c, const Args& a);
 void broadcast_shared(Ctx& c, const Args& a);
+void broadcast_shared_cma(Ctx& c, const Args& a);
 
 void reduce_binomial(Ctx& c, const Args& a);
 void reduce_scatter_gather(Ctx& c, const Args& a);
@@ -29,6 +30,7 @@ void allgather_recursive_doubling(Ctx& c, const Args& a);
 void allgather_hierarchical(Ctx& c, const Args& a);
 void allgather_direct(Ctx& c, const Args& a);
 void allgather_shared(Ctx& c, const Args& a);
+void allgather_shared_cma(Ctx& c, const Args& a);
 void allgatherv_ring(Ctx& c, const Args& a);
 
 void reduce_scatter_ring(Ctx& c, const Args& a);

@@ -1,6 +1,7 @@
 // collectives/registry.cc — the list of algorithms and SHOAL_ALGO parsing.
 #include "collectives/registry.h"
 
+#include <iterator>
 #include <sstream>
 
 #include "collectives/algorithms.h"
@@ -20,6 +21,7 @@ const Algorithm kTable[] = {
     {Coll::kBroadcast, "scatter_allgather", broadcast_scatter_allgather},
     {Coll::kBroadcast, "chain", broadcast_chain},
     {Coll::kBroadcast, "shared", broadcast_shared},
+    {Coll::kBroadcast, "shared_cma", broadcast_shared_cma},
     {Coll::kReduce, "binomial", reduce_binomial},
     {Coll::kReduce, "scatter_gather", reduce_scatter_gather},
     {Coll::kReduce, "shared", reduce_shared},
@@ -29,6 +31,7 @@ const Algorithm kTable[] = {
     {Coll::kAllgather, "hierarchical", allgather_hierarchical},
     {Coll::kAllgather, "direct", allgather_direct},
     {Coll::kAllgather, "shared", allgather_shared},
+    {Coll::kAllgather, "shared_cma", allgather_shared_cma},
     {Coll::kAllgatherv, "ring", allgatherv_ring},
     {Coll::kReduceScatter, "ring", reduce_scatter_ring},
     {Coll::kReduceScatter, "direct", reduce_scatter_direct},
@@ -45,6 +48,8 @@ const Algorithm kTable[] = {
     {Coll::kBarrier, "dissemination", barrier_dissemination},
 };
 
+static_assert(std::size(kTable) < 256, "algorithm ids are one byte (Fingerprint::algo)");
+
 }  // namespace
 
 std::vector<const Algorithm*> algorithms(Coll c) {
@@ -60,6 +65,12 @@ const Algorithm* find_algorithm(Coll c, std::string_view name) {
     if (a.coll == c && a.name == name) return &a;
   }
   return nullptr;
+}
+
+uint8_t algorithm_id(const Algorithm& a) { return static_cast<uint8_t>(&a - kTable + 1); }
+
+const Algorithm* algorithm_by_id(uint8_t id) {
+  return id >= 1 && id <= std::size(kTable) ? &kTable[id - 1] : nullptr;
 }
 
 Overrides Overrides::parse(const std::string& spec) {

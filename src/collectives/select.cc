@@ -23,7 +23,7 @@ const Algorithm& must(Coll c, std::string_view name) {
 }  // namespace
 
 const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, const Topology& topo,
-                        bool arena) {
+                        ArenaCaps arena) {
   if (const Algorithm* forced = ov.by_coll[static_cast<int>(c)]) return *forced;
   const size_t elem = a.elem();
   // Every rank on this host: shared memory, where pulling from all peers at
@@ -31,10 +31,14 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
   const bool one_host = topo.nhosts() == 1;
   // Several hosts with the same number of ranks each, more than one per host.
   const bool two_level = patterns::two_level(topo, size);
+  // One copy instead of two, for a second arrival and a system call per
+  // peer; ranks that take turns on the cores pay for the arrival in context
+  // switches (bench/results/shared-cma).
+  const bool single_copy = arena.reads && !arena.crowded;
   switch (c) {
     case Coll::kAllreduce: {
       const size_t bytes = a.count * elem;
-      if (arena) return must(c, "shared");
+      if (arena.present) return must(c, "shared");
       if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
       if (two_level && bytes > 256 * KiB) return must(c, "hierarchical");
       if (one_host && size > 2 && bytes > 256 * KiB) return must(c, "direct");
@@ -43,20 +47,24 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     }
     case Coll::kBroadcast: {
       const size_t bytes = a.count * elem;
-      if (arena) return must(c, "shared");
+      if (single_copy && bytes >= 64 * KiB && bytes <= 256 * KiB) return must(c, "shared_cma");
+      if (arena.present) return must(c, "shared");
       if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
       if (bytes <= 8192 * KiB) return must(c, "scatter_allgather");
       return must(c, "chain");
     }
     case Coll::kReduce: {
       const size_t bytes = a.count * elem;
-      if (arena) return must(c, "shared");
+      if (arena.present) return must(c, "shared");
       if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
       return must(c, "scatter_gather");
     }
     case Coll::kAllgather: {
       const size_t bytes = a.count * elem * static_cast<size_t>(size);
-      if (arena) return must(c, "shared");
+      // A block that pays for a system call, an output the slots do not
+      // pipeline (see allgather_shared_cma.cc).
+      if (single_copy && a.count * elem >= 32 * KiB && bytes <= 256 * KiB) return must(c, "shared_cma");
+      if (arena.present) return must(c, "shared");
       if (bytes <= 64 * KiB && size > 2) {
         // Same steps and bytes; recursive doubling needs no scratch or final
         // rotation, and its first steps stay inside a host.
@@ -75,7 +83,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     case Coll::kAllgatherv: return must(c, "ring");
     case Coll::kReduceScatter: {
       const size_t bytes = a.count * elem * static_cast<size_t>(size);  // the whole input
-      if (arena) return must(c, "shared");
+      if (arena.present) return must(c, "shared");
       if (one_host && size > 2) return must(c, "direct");
       if (size > 2 && patterns::is_pow2(size) && bytes <= 512 * KiB) {
         return must(c, "recursive_halving");

@@ -56,11 +56,20 @@ void copy_out(void* dst, const void* src, size_t n, bool stream) {
   }
 }
 
-transport::shm::HostArena& arena_of(Ctx& c, Coll coll) {
+transport::shm::HostArena& arena_of(Ctx& c, Coll coll, const char* algo) {
   if (auto* a = c.arena()) return *a;
-  throw InvalidArgument(std::string(coll_name(coll)) +
-                        ": algorithm 'shared' needs every rank of the communicator on one host with shared "
+  throw InvalidArgument(std::string(coll_name(coll)) + ": algorithm '" + algo +
+                        "' needs every rank of the communicator on one host with shared "
                         "memory on (SHOAL_SHM not 0, SHOAL_SHM_ARENA_BYTES not 0)");
+}
+
+transport::shm::HostArena& reading_arena_of(Ctx& c, Coll coll) {
+  auto& arena = arena_of(c, coll, "shared_cma");
+  if (arena.reads()) return arena;
+  throw InvalidArgument(std::string(coll_name(coll)) +
+                        ": algorithm 'shared_cma' needs single-copy reads between the ranks of this host, which "
+                        "are off (SHOAL_SHM=copy, or the kernel refused process_vm_readv: SHOAL_DEBUG=INFO says "
+                        "which)");
 }
 
 void reduce_all(const Args& a, char* dst, const char* const* srcs, int n, size_t len) {

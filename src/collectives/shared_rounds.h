@@ -53,7 +53,11 @@ class RankPtrs {
 // The arena, or InvalidArgument naming the collective when there is none
 // (a forced *_shared algorithm where the ranks span hosts or shared memory
 // is off; every rank sees the same answer, so every rank fails alike).
-transport::shm::HostArena& arena_of(Ctx& c, Coll coll);
+transport::shm::HostArena& arena_of(Ctx& c, Coll coll, const char* algo = "shared");
+// The arena when it has single-copy reads (HostArena::reads), else
+// InvalidArgument naming the collective, as arena_of (the *_shared_cma
+// algorithms).
+transport::shm::HostArena& reading_arena_of(Ctx& c, Coll coll);
 
 // dst = srcs[0] (op) srcs[1] (op) ... (op) srcs[n-1], left to right, `len`
 // elements; dst may alias srcs[0] exactly. n >= 1.

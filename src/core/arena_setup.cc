@@ -137,8 +137,32 @@ void CommunicatorImpl::setup_arena(transport::Clock::time_point deadline) {
   h.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
   arena_->set_hooks(std::move(h));
   arena_->set_spin(spin_us_, spin_yield_);
+  const std::string reads = agree_on_reads(deadline);
   observer_->info(label_ + ": shared-memory arena of " + std::to_string(size_) + " ranks, " +
-                  std::to_string(arena_->slot_bytes()) + " bytes per slot");
+                  std::to_string(arena_->slot_bytes()) + " bytes per slot, single-copy reads " + reads);
+}
+
+// Every rank tries to read every other's memory (HostArena::probe_reads)
+// and publishes what it found; the arena reads only if all of them can.
+// Says "on", or "off (why)".
+std::string CommunicatorImpl::agree_on_reads(transport::Clock::time_point deadline) {
+  if (!arena_reads_) return "off (SHOAL_SHM=copy)";
+  auto key = [](int r) { return "arena/reads/" + std::to_string(r); };
+  const std::string mine = arena_->probe_reads();
+  store_->set_str(key(rank_), mine.empty() ? "1" : "0 " + mine);
+  std::string why;
+  for (int r = 0; r < size_ && why.empty(); ++r) {
+    std::string v = "1";
+    if (r == rank_) {
+      if (!mine.empty()) v = "0 " + mine;
+    } else {
+      await_arena_key(key(r), r, deadline);
+      v = store_->get_str(key(r));
+    }
+    if (v != "1") why = "rank " + std::to_string(r) + ": " + v.substr(std::min<size_t>(2, v.size()));
+  }
+  arena_->set_reads(why.empty());
+  return why.empty() ? "on" : "off (" + why + ")";
 }
 
 }  // namespace shoal

@@ -131,6 +131,7 @@ class CommunicatorImpl {
   // (core/arena_setup.cc); every rank reaches the same verdict.
   void setup_arena(transport::Clock::time_point deadline);
   void await_arena_key(const std::string& key, int who, transport::Clock::time_point deadline);
+  std::string agree_on_reads(transport::Clock::time_point deadline);
   core::ObserverConfig observer_config(uint64_t id, const std::string& shm_mode);  // core/observer.cc
 
   // A group split from a parent keeps it alive (declared first: released last).
@@ -150,6 +151,7 @@ class CommunicatorImpl {
   Chosen chosen_[coll::kNumColls];                          // GUARDED_BY(driver_->lock()): see chosen()
   std::unique_ptr<transport::shm::HostArena> arena_;       // GUARDED_BY(driver_->lock()); set by setup_arena()
   size_t arena_bytes_ = 0;                                  // SHOAL_SHM_ARENA_BYTES (0: no arena)
+  bool arena_reads_ = false;                                // SHOAL_SHM=1: single-copy reads in the arena if the kernel allows
   bool arena_checked_ = false;                              // GUARDED_BY(driver_->lock())
   auth::Secret secret_;        // root: the job's secret (proofs of the arena's members)
   std::string published_pos_;  // root: the last "ctx seq" this rank published as blocked in
@@ -178,6 +180,7 @@ class CommunicatorImpl {
   int spin_us_ = 0;  // busy-poll budget of a caller driving inline
   bool spin_yield_ = false;  // more ranks than cores here: spin by sched_yield
   bool spin_auto_ = false;  // spin_us_ was derived, not set: topology may revise it
+  bool crowded_ = false;    // more ranks of this communicator on this machine than cores (topology())
   std::unique_ptr<core::Observer> observer_;  // set before the executor starts
   std::unique_ptr<core::RollCall> roll_call_;  // set before the executor starts
   std::thread executor_;

@@ -83,6 +83,7 @@ std::string CommunicatorImpl::describe(const transport::Fingerprint& fp) const {
   if (c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter) {
     o << ", root=" << fp.root;
   }
+  if (const coll::Algorithm* algo = coll::algorithm_by_id(fp.algo)) o << ", algorithm " << algo->name;
   o << ")";
   return o.str();
 }
@@ -101,7 +102,9 @@ void CommunicatorImpl::init_common() {
     throw InvalidArgument("SHOAL_SHM_ARENA_BYTES: " + std::to_string(arena) +
                           " is out of range (0 to turn the arena off, else 4096 to 1073741824)");
   }
-  if (env::get("SHOAL_SHM").value_or("1") != "0") arena_bytes_ = static_cast<size_t>(arena);
+  const std::string shm_mode = env::get("SHOAL_SHM").value_or("1");
+  if (shm_mode != "0") arena_bytes_ = static_cast<size_t>(arena);
+  arena_reads_ = shm_mode == "1";
 
   int spin = opts_.spin_us;
   if (spin < 0) {
@@ -301,14 +304,14 @@ const coll::Topology& CommunicatorImpl::topology() {
   std::vector<std::string> ids(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) ids[static_cast<size_t>(r)] = r == rank_ ? host_id_ : lookup(r).host_id;
   topo_ = coll::patterns::make_topology(ids);
-  if (spin_auto_) {
-    // Spinning pays only while every rank of this machine has a core. Ranks in
-    // other network namespaces of the same kernel count too (same boot id).
-    std::string boot = net::boot_id();
-    int here = 0;
-    for (const auto& id : ids) here += boot.empty() ? id == host_id_ : id.find(boot) != std::string::npos;
-    spin_yield_ = here > sysconf(_SC_NPROCESSORS_ONLN);
-  }
+  // Ranks in other network namespaces of the same kernel count too (same
+  // boot id).
+  const std::string boot = net::boot_id();
+  int here = 0;
+  for (const auto& id : ids) here += boot.empty() ? id == host_id_ : id.find(boot) != std::string::npos;
+  crowded_ = here > sysconf(_SC_NPROCESSORS_ONLN);
+  // Spinning pays only while every rank of this machine has a core.
+  if (spin_auto_) spin_yield_ = crowded_;
   return topo_;
 }
 
@@ -884,6 +887,7 @@ void CommunicatorImpl::run_collective(Op& op) {
   const coll::Topology& topo = topology();
   if (!arena_checked_) setup_arena(Clock::now() + timeout);
   if (!op.algo) op.algo = &chosen(op.coll, a, topo);
+  fp.algo = coll::algorithm_id(*op.algo);
   coll::Ctx ctx(*transport_, op.seq, fp, timeout, scratch_, tuning_, topo, arena_.get());
   observer_->running(op, ctx);
   op.algo->fn(ctx, a);
@@ -899,7 +903,7 @@ void CommunicatorImpl::run_collective(Op& op) {
 const coll::Algorithm& CommunicatorImpl::chosen(Coll c, const coll::Args& a, const coll::Topology& topo) {
   Chosen& m = chosen_[static_cast<size_t>(c)];
   if (!m.algo || m.count != a.count || m.dt != a.dt) {
-    m = {a.count, a.dt, &coll::select(c, a, size_, overrides_, topo, arena_ != nullptr)};
+    m = {a.count, a.dt, &coll::select(c, a, size_, overrides_, topo, {arena_ != nullptr, arena_ && arena_->reads(), crowded_})};
   }
   return *m.algo;
 }

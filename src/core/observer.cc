@@ -172,7 +172,10 @@ Observer::Observer(ObserverConfig cfg)
   changed_at_ns_.store(steady_ns());
   wall_offset_ns_.store(wall_us() * 1000 - steady_ns());
   if (recorder_.capacity() > 0) install_sigusr1_once();
-  if (recorder_.capacity() > 0 || timeline_ || stall_) watcher_ = std::thread([this] { watch(); });
+  // The requests counted so far are not this observer's: a SIGUSR1 from
+  // now on is, also one that comes before the thread first looks.
+  const uint64_t signals = g_dump_requests.load();
+  if (recorder_.capacity() > 0 || timeline_ || stall_) watcher_ = std::thread([this, signals] { watch(signals); });
 }
 
 Observer::~Observer() {
@@ -376,9 +379,8 @@ Progress Observer::progress() const {
   return p;
 }
 
-void Observer::watch() {
+void Observer::watch(uint64_t signals) {
   const auto period = stall_ ? stall_->period() : std::chrono::nanoseconds(std::chrono::milliseconds(500));
-  uint64_t signals = g_dump_requests.load();
   std::unique_lock<std::mutex> g(watch_mu_);
   for (;;) {
     watch_cv_.wait_for(g, period, [&] { return stop_; });

@@ -92,7 +92,7 @@ class Observer {
   void enqueued_at(Op& op, int64_t now_ns, bool record);
   void record_running(Op& op);  // the flight recorder's entry for an unrecorded operation
   void started_at(Op& op, int64_t now_ns);
-  void watch();
+  void watch(uint64_t signals);  // the thread; `signals`: SIGUSR1s counted before it was made
   Progress progress() const;
   int64_t wall_us_at(int64_t steady_ns) const;
   int64_t now_ns() const;  // CLOCK_MONOTONIC, coarse unless precise_

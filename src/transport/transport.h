@@ -63,7 +63,7 @@ struct Fingerprint {
   uint8_t coll = 0;    // collective kind (core's Coll enum)
   uint8_t dtype = 0;
   uint8_t op = 0;      // reduce op, 0 where none
-  uint8_t flags = 0;
+  uint8_t algo = 0;    // the algorithm that runs it (coll::algorithm_id), 0 where none
   uint32_t root = 0;
   uint64_t count = 0;  // the operation's element count as every rank sees it
   bool operator==(const Fingerprint&) const = default;

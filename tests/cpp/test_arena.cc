@@ -23,7 +23,9 @@
 #include "errors_util.h"
 #include "common/copy.h"
 #include "common/process.h"
+#include "cpu_util.h"
 #include "harness.h"
+#include "kill_util.h"
 
 namespace shoal {
 namespace {
@@ -135,15 +137,9 @@ TEST(Arena, EveryCollectiveThroughTheSleepingPath) { every_collective_in_many_ro
 // Every rank on one CPU: each wait finds its peer on its own CPU, yields it
 // and then sleeps (host_arena.cc), where the others spin.
 TEST(Arena, EveryCollectiveWithAllRanksOnOneCpu) {
-  cpu_set_t old_mask, one;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(old_mask), &old_mask), 0);
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &old_mask)) ++cpu;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // the ranks inherit it
+  test::OnOneCpu pinned;
+  ASSERT_TRUE(pinned.ok());
   every_collective_in_many_rounds(3, {});
-  ASSERT_EQ(sched_setaffinity(0, sizeof(old_mask), &old_mask), 0);
 }
 
 // What a rank does when the scheduler keeps it on its peer's CPU: it leaves
@@ -281,36 +277,11 @@ std::vector<std::string> dev_shm() {
 // A rank SIGKILLed while the others loop on small arena allreduces (which
 // never touch a socket): every survivor names it within 2 s.
 TEST(Arena, KilledRankIsNamedByEverySurvivor) {
-  const int n = 3, victim = 1;
   const auto shm_before = dev_shm();
-  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+  test::expect_killed_rank_named(3, 1, [](Communicator& c) {
     float x = 1;
-    c->allreduce(&x, &x, 1, f32, ReduceOp::kSum)->wait();  // the arena is set up
-    if (me == victim) {
-      std::printf("KILLED_AT %lld\n", static_cast<long long>(mono_ns()));
-      std::fflush(stdout);
-      raise(SIGKILL);
-    }
-    std::exception_ptr err;
-    for (int i = 0; i < 1000000 && !err; ++i) {
-      err = capture([&] { c->allreduce(&x, &x, 1, f32, ReduceOp::kMax, shared())->wait(); });
-    }
-    std::printf("ERROR_AT %lld\n", static_cast<long long>(mono_ns()));
-    SHOAL_CHECK_MSG(err != nullptr, "no error after the victim died");
-    if (!err) return;
-    SHOAL_CHECK_MSG(code(err) == ErrorCode::kPeerLost, message(err));
-    SHOAL_CHECK_MSG(message(err).find("peer lost: rank 1") != std::string::npos, message(err));
-  });
-  ASSERT_EQ(res[victim].signal, SIGKILL) << res[victim].output;
-  std::smatch k;
-  ASSERT_TRUE(std::regex_search(res[victim].output, k, std::regex("KILLED_AT (\\d+)")));
-  for (int r = 0; r < n; ++r) {
-    if (r == victim) continue;
-    EXPECT_EQ(res[r].exit_code, 0) << res[r].output;
-    std::smatch e;
-    ASSERT_TRUE(std::regex_search(res[r].output, e, std::regex("ERROR_AT (\\d+)"))) << res[r].output;
-    EXPECT_LT(std::stoll(e[1]) - std::stoll(k[1]), 2000000000) << res[r].output;
-  }
+    c.allreduce(&x, &x, 1, f32, ReduceOp::kMax, shared())->wait();
+  }, "peer lost: rank 1");
   EXPECT_EQ(dev_shm(), shm_before) << "files left in /dev/shm";
 }
 

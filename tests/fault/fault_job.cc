@@ -253,7 +253,7 @@ class Sequence {
       // The shared-arena algorithms need shared memory (off in TCP trials).
       const char* shm = std::getenv("SHOAL_SHM");
       if (shm && std::string(shm) == "0") {
-        algos.erase(std::remove_if(algos.begin(), algos.end(), [](const coll::Algorithm* a) { return a->name == "shared"; }),
+        algos.erase(std::remove_if(algos.begin(), algos.end(), [](const coll::Algorithm* a) { return a->name.substr(0, 6) == "shared"; }),
                     algos.end());
       }
       size_t k = g_() % (algos.size() + 1);

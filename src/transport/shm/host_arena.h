@@ -25,6 +25,15 @@
 // registered). While asleep it looks, every `abort_poll_ms`, at the
 // communicator's abort record and at whether the peer's process is gone.
 //
+// Single-copy reads: where the kernel lets every rank read every other
+// rank's memory (process_vm_readv; probe_reads() tries, and the
+// communicator agrees on one answer for all ranks), a rank may publish the
+// address of its own buffer in its line for the round (publish()) and the
+// others copy straight out of it (read()): one copy instead of two through a
+// slot, for the *_shared_cma algorithms. Each rank's pid and the address of
+// its own mapping of the segment (what probe_reads() reads back) are in a
+// table after the header.
+//
 // The segment is an anonymous memfd made by the host's first rank; the
 // others open it through /proc/<pid>/fd/<fd> while that rank holds it open,
 // so it has no name anywhere and the kernel frees it when the last rank
@@ -83,6 +92,24 @@ class HostArena {
     spin_yield_ = yield;
   }
 
+  // Single-copy reads (see the top of this file). Tries to read the
+  // segment's header through every peer's own mapping: "" when that worked
+  // for all of them, else why not (naming the first peer that failed).
+  std::string probe_reads() const;
+  // Whether every rank's probe_reads() worked (set by the communicator).
+  void set_reads(bool on) { reads_ = on; }
+  bool reads() const { return reads_; }
+  // Before arrive(1): the buffer that peers may read() in this round, from
+  // this rank's line (the round's inline data; only for rounds whose slots
+  // are not inline).
+  void publish(const void* buf);
+  // Copies `n` bytes, from `offset` bytes into the buffer `peer` published
+  // this round (after waiting for its phase 1), to `dst`. Throws PeerLost
+  // when the peer's process is gone, else an InternalError naming it.
+  void read(int peer, size_t offset, void* dst, size_t n);
+
+  struct Member;  // a rank's entry in the member table (host_arena.cc)
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   size_t slot_bytes() const { return slot_bytes_; }
@@ -114,6 +141,7 @@ class HostArena {
  private:
   struct Line;
   struct Control;
+  Member& member(int r) const;
   char* line_at(int r) const {  // rank r's control line of the current round
     return ctl_base_ + static_cast<size_t>(r) * kControlBytes + static_cast<size_t>((round_ - 1) & 1) * kLineBytes;
   }
@@ -129,6 +157,7 @@ class HostArena {
   void* map_;
   size_t map_bytes_;
   int fd_;
+  char* members_ = nullptr;
   char* ctl_base_ = nullptr;
   char* data_ = nullptr;
   uint64_t round_ = 0;  // rounds begun (the current one is round_ - 1)
@@ -138,6 +167,7 @@ class HostArena {
   bool spin_yield_ = false;
   int cpu_ = -1;  // the CPU this rank began its current round on
   int same_cpu_waits_ = 0;  // waits in a row that found the peer on cpu_ (< 0: after a move)
+  bool reads_ = false;
   ArenaHooks hooks_;
 };
 

@@ -1,0 +1,187 @@
+// test_shared_cma.cc — the single-copy algorithms on the shared arena
+// (allgather_shared_cma.cc, broadcast_shared_cma.cc; HostArena::read): who
+// gets them, the ranks agreeing that the kernel allows them, their results
+// when their rounds interleave with the slot algorithms' on crowded CPUs,
+// what a forced one says where they are off, a rank that runs another
+// algorithm for the same operation, and a rank killed while the others read
+// its memory.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "errors_util.h"
+#include "cpu_util.h"
+#include "harness.h"
+#include "kill_util.h"
+
+namespace shoal {
+namespace {
+
+using test::capture;
+using test::code;
+using test::JobOptions;
+using test::message;
+using test::run_ranks;
+
+constexpr DataType f32 = DataType::kFloat32;
+
+OpOptions algo(const std::string& name) {
+  OpOptions o;
+  o.algorithm = name;
+  return o;
+}
+
+// Element i of rank r's input in round k: exact in float32.
+float v(int r, size_t i, int k) { return static_cast<float>((i * 5 + static_cast<size_t>(r) * 7 + k) % 1001); }
+
+// Allgather and broadcast of `count` elements per rank, forced onto `name`
+// ("": the table's choice), checked element by element; round k changes
+// every input, so that a read of a stale buffer or of the previous round's
+// shows.
+void allgather(Communicator& c, int me, int n, size_t count, int k, const std::string& name) {
+  std::vector<float> in(count), all(count * static_cast<size_t>(n), -1);
+  for (size_t i = 0; i < count; ++i) in[i] = v(me, i, k);
+  c.allgather(in.data(), all.data(), count, f32, algo(name))->wait();
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      if (all[static_cast<size_t>(r) * count + i] != v(r, i, k)) {
+        SHOAL_CHECK_MSG(false, "allgather round " << k << " block " << r << " i=" << i);
+        return;
+      }
+    }
+  }
+}
+
+void broadcast(Communicator& c, int me, size_t count, int k, const std::string& name) {
+  const int root = k % c.size();
+  std::vector<float> b(count, -1);
+  for (size_t i = 0; me == root && i < count; ++i) b[i] = v(me, i, k);
+  c.broadcast(b.data(), count, f32, root, algo(name))->wait();
+  for (size_t i = 0; i < count; ++i) {
+    if (b[i] != v(root, i, k)) {
+      SHOAL_CHECK_MSG(false, "broadcast round " << k << " root " << root << " i=" << i);
+      return;
+    }
+  }
+}
+
+void gather_and_broadcast(Communicator& c, int me, int n, size_t count, int k, const std::string& name) {
+  allgather(c, me, n, count, k, name);
+  broadcast(c, me, count, k, name);
+}
+
+// Two ranks with a core each: the ranks agree that reads work, and the
+// table picks the single-copy algorithms for a mid-sized allgather and
+// broadcast (the slot ones for a small one).
+TEST(SharedCma, ChosenByDefaultWhereReadsWork) {
+  JobOptions jo;
+  jo.env["SHOAL_DEBUG"] = "INFO";
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    gather_and_broadcast(*c, me, 2, 16384, 1, "");  // 64 KiB a block (what the log names), 128 KiB of output
+    gather_and_broadcast(*c, me, 2, 16, 2, "");
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+  for (int r = 0; r < 2; ++r) {
+    const std::string& out = res[r].output;
+    EXPECT_NE(out.find("single-copy reads on"), std::string::npos) << out;
+    EXPECT_NE(out.find("allgather of 65536 B, size class [64 KiB, 128 KiB): algorithm shared_cma\n"),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("broadcast of 65536 B, size class [64 KiB, 128 KiB): algorithm shared_cma\n"),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("allgather of 64 B, size class [64 B, 128 B): algorithm shared\n"), std::string::npos)
+        << out;
+  }
+}
+
+// SHOAL_SHM=copy: no reads; the table keeps to the slots, and a forced
+// single-copy algorithm is an argument error on every rank, saying why.
+TEST(SharedCma, CopyModeTurnsThemOff) {
+  JobOptions jo;
+  jo.env["SHOAL_DEBUG"] = "INFO";
+  jo.env["SHOAL_SHM"] = "copy";
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    gather_and_broadcast(*c, me, 2, 16384, 1, "");
+    std::vector<float> in(16, 1), all(32);
+    auto err = capture([&] { c->allgather(in.data(), all.data(), 16, f32, algo("shared_cma"))->wait(); });
+    SHOAL_CHECK_MSG(err != nullptr, "rank " << me << ": forced shared_cma ran without reads");
+    if (!err) return;
+    SHOAL_CHECK_MSG(code(err) == ErrorCode::kInvalidArgument, message(err));
+    SHOAL_CHECK_MSG(message(err).find("algorithm 'shared_cma' needs single-copy reads") != std::string::npos,
+                    message(err));
+    SHOAL_CHECK_MSG(message(err).find("shoal rank " + std::to_string(me)) != std::string::npos, message(err));
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(res[r].output.find("single-copy reads off (SHOAL_SHM=copy)"), std::string::npos) << res[r].output;
+    EXPECT_EQ(res[r].output.find("algorithm shared_cma\n"), std::string::npos) << res[r].output;  // but forced
+  }
+}
+
+// No arena at all: the same error as for 'shared', naming this algorithm.
+TEST(SharedCma, ForcedWithoutArenaNamesTheAlgorithm) {
+  JobOptions jo;
+  jo.env["SHOAL_SHM_ARENA_BYTES"] = "0";
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    float x = 1;
+    auto err = capture([&] { c->broadcast(&x, 1, f32, 0, algo("shared_cma"))->wait(); });
+    SHOAL_CHECK_MSG(err != nullptr, "rank " << me << ": forced shared_cma ran without an arena");
+    if (!err) return;
+    SHOAL_CHECK_MSG(code(err) == ErrorCode::kInvalidArgument, message(err));
+    SHOAL_CHECK_MSG(message(err).find("algorithm 'shared_cma' needs every rank") != std::string::npos,
+                    message(err));
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// Four ranks taking turns on one CPU, the single-copy rounds after a slot
+// algorithm's (a small allreduce, whose round has one phase): a rank that
+// ran two rounds ahead while a peer was still in the allreduce's would
+// overwrite a line that peer has yet to read (a Mismatch or a wrong
+// result here).
+TEST(SharedCma, InterleavedWithSlotRoundsOnOneCpu) {
+  test::OnOneCpu pinned;
+  ASSERT_TRUE(pinned.ok());
+  const int n = 4;
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    for (int k = 0; k < 400 && test::check_failures() == 0; ++k) {
+      float x = static_cast<float>(me);
+      c->allreduce(&x, &x, 1, f32, ReduceOp::kSum, algo("shared"))->wait();
+      SHOAL_CHECK_MSG(x == 6.0f, "allreduce before round " << k);
+      broadcast(*c, me, 1024 + static_cast<size_t>(k), k, "shared_cma");
+      allgather(*c, me, n, 1024 + static_cast<size_t>(k), k, "shared_cma");
+    }
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// One rank forced onto another algorithm for the same allgather: a
+// Mismatch naming both algorithms on the ranks that meet it, never a
+// result made of the wrong buffers.
+TEST(SharedCma, RanksOnDifferentAlgorithmsMeetAsAMismatch) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    std::vector<float> in(16384, static_cast<float>(me)), all(32768, -1);
+    OpOptions o = algo(me == 0 ? "shared" : "shared_cma");
+    o.timeout = std::chrono::seconds(20);
+    auto err = capture([&] { c->allgather(in.data(), all.data(), in.size(), f32, o)->wait(); });
+    SHOAL_CHECK_MSG(err != nullptr, "rank " << me << ": no error");
+    if (!err) return;
+    SHOAL_CHECK_MSG(code(err) == ErrorCode::kMismatch, message(err));
+    SHOAL_CHECK_MSG(message(err).find("algorithm shared)") != std::string::npos, message(err));
+    SHOAL_CHECK_MSG(message(err).find("algorithm shared_cma)") != std::string::npos, message(err));
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// A rank SIGKILLed while the others loop on single-copy allgathers that
+// read its memory: every survivor names it within 2 s.
+TEST(SharedCma, KilledRankIsNamedByEverySurvivor) {
+  const int n = 3;
+  test::expect_killed_rank_named(n, 1, [](Communicator& c) {
+    std::vector<float> in(16384, static_cast<float>(c.rank())), all(16384 * n);
+    c.allgather(in.data(), all.data(), in.size(), f32, algo("shared_cma"))->wait();
+  }, "rank 1");
+}
+
+}  // namespace
+}  // namespace shoal
