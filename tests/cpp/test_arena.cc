@@ -23,6 +23,7 @@
 #include "errors_util.h"
 #include "common/copy.h"
 #include "common/process.h"
+#include "transport/shm/host_arena.h"
 #include "cpu_util.h"
 #include "harness.h"
 #include "kill_util.h"
@@ -110,16 +111,18 @@ void every_collective_in_many_rounds(int n, const std::map<std::string, std::str
 TEST(Arena, EveryCollectiveInManyRounds) { every_collective_in_many_rounds(3, {}); }
 
 // Rounds of at most HostArena::kInlineBytes per rank keep their data in the
-// rank's control line instead of its slot: every collective at float32
-// counts that straddle that size (4 to 40 bytes per rank; reduce_scatter
-// puts n times as much in a slot), up and then down, so that rounds in the
-// control line and in the slots follow each other on both round parities.
-TEST(Arena, SmallRoundsAroundTheInlineSize) {
+// rank's control line, and of at most kNearBytes in the line after it,
+// instead of its slot: every collective at float32 counts that straddle
+// both sizes (4 to 80 bytes per rank; reduce_scatter puts n times as much
+// in a slot), up and then down, so that rounds in the control line, the
+// line after and the slots follow each other on both round parities.
+TEST(Arena, SmallRoundsAroundTheInlineSizes) {
   constexpr int n = 3;
+  static_assert(transport::shm::HostArena::kNearBytes < 20 * sizeof(float));
   auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
     std::vector<size_t> counts;
-    for (size_t k = 1; k <= 10; ++k) counts.push_back(k);
-    for (size_t k = 10; k >= 1; --k) counts.push_back(k);
+    for (size_t k = 1; k <= 20; ++k) counts.push_back(k);
+    for (size_t k = 20; k >= 1; --k) counts.push_back(k);
     int step = 0;
     for (size_t count : counts) {
       ++step;

@@ -81,6 +81,7 @@ struct alignas(HostArena::kLineBytes) HostArena::Line {  // 128: no neighbour fo
   uint64_t seq = 0;  // the operation of the round (written before phase 1)
   Fingerprint fp;
   char data[kInlineBytes];  // the rank's slot for a round of at most kInlineBytes
+  char near[kNearBytes];    // ... and for one of at most kNearBytes
 };
 
 struct HostArena::Control {
@@ -120,6 +121,7 @@ HostArena::HostArena(int rank, int size, size_t slot_bytes, void* map, size_t ma
   slot_bytes_ = l.slot;
   static_assert(offsetof(Line, data) + kInlineBytes == 64, "a control line is one cache line");
   static_assert(offsetof(Line, data) == kInlineOffset && sizeof(Line) == kLineBytes);
+  static_assert(offsetof(Line, near) == kNearOffset);
   static_assert(sizeof(Control) == kControlBytes);
   Member& me = member(rank);
   me.pid = getpid();

@@ -2,11 +2,12 @@
 // communicator that live on one host, for collectives that work directly on
 // shared buffers (src/collectives/*_shared.cc).
 //
-// Layout: a header page; one control block per rank, of two cache lines,
-// one per round parity (each holds the rank's arrival counter for rounds of
-// that parity, the number of ranks asleep on it, the operation and the CPU
-// of the round, and kInlineBytes of data); then per rank two data slots of
-// `slot_bytes` each.
+// Layout: a header page; the member table; one control block per rank, of
+// two 128-byte lines, one per round parity (each holds, in its first cache
+// line, the rank's arrival counter for rounds of that parity, the number of
+// ranks asleep on it, the operation and the CPU of the round, and
+// kInlineBytes of data; in its second, kNearBytes of data); then per rank
+// two data slots of `slot_bytes` each.
 //
 // Rounds: an operation is one or more rounds (a large one is cut into
 // slot-sized pieces). Every rank counts rounds alike, so round k uses
@@ -18,7 +19,9 @@
 // k+2 knows all peers have left round k: the line and the buffer it is
 // about to overwrite are no longer read (double buffering). A round of at
 // most kInlineBytes per rank keeps its data in the control line: one cache
-// line moves per peer instead of two (slot(r, bytes)).
+// line moves per peer instead of two; one of at most kNearBytes in the
+// line's second cache line, which the adjacent-line prefetcher fetches
+// with the first (slot(r, bytes)).
 //
 // Waiting spins for `spin_us`, then sleeps on the peer's counter (a futex
 // on shared memory; the arriving side wakes sleepers only when some are
@@ -125,8 +128,16 @@ class HostArena {
   // rank passes the same): in its control line when they fit, so that a
   // peer fetches one cache line for the arrival and the data together;
   // else slot(r).
-  char* slot(int r, size_t bytes) const { return bytes <= kInlineBytes ? line_at(r) + kInlineOffset : slot(r); }
+  char* slot(int r, size_t bytes) const {
+    if (bytes <= kInlineBytes) return line_at(r) + kInlineOffset;
+    if (bytes <= kNearBytes) return line_at(r) + kNearOffset;
+    return slot(r);
+  }
   static constexpr size_t kInlineBytes = 24;
+  // A round of at most kNearBytes per rank keeps its data in the second
+  // cache line of the rank's control line, which the adjacent-line
+  // prefetcher fetches along with the first.
+  static constexpr size_t kNearBytes = 64, kNearOffset = 64;
   // A rank's control block: two lines, 128 bytes apart (not neighbours for
   // the adjacent-line prefetcher); its data at kInlineOffset in the line.
   static constexpr size_t kLineBytes = 128, kControlBytes = 2 * kLineBytes, kInlineOffset = 40;
