@@ -36,7 +36,7 @@ void allgather_shared_cma(Ctx& c, const Args& a) {
   for (int k = 1; k < n; ++k) {
     const int q = (me + k) % n;
     arena.wait_one(q, 1, c.lazy_deadline());
-    arena.read(q, 0, out + bytes * static_cast<size_t>(q), bytes);
+    arena.read(q, out + bytes * static_cast<size_t>(q), bytes);
   }
   arena.arrive(2);
   arena.wait_all(2, c.lazy_deadline());

@@ -28,7 +28,7 @@ void broadcast_shared_cma(Ctx& c, const Args& a) {
   // them enter this round knows they left the previous one, whose line it
   // overwrites when it begins the next (host_arena.h, double buffering).
   arena.wait_all(1, c.lazy_deadline());
-  arena.read(a.root, 0, a.recv, a.count * a.elem());
+  arena.read(a.root, a.recv, a.count * a.elem());
   arena.arrive(2);
 }
 

@@ -148,17 +148,13 @@ void CommunicatorImpl::setup_arena(transport::Clock::time_point deadline) {
 std::string CommunicatorImpl::agree_on_reads(transport::Clock::time_point deadline) {
   if (!arena_reads_) return "off (SHOAL_SHM=copy)";
   auto key = [](int r) { return "arena/reads/" + std::to_string(r); };
-  const std::string mine = arena_->probe_reads();
-  store_->set_str(key(rank_), mine.empty() ? "1" : "0 " + mine);
+  const std::string failed = arena_->probe_reads();
+  const std::string mine = failed.empty() ? "1" : "0 " + failed;
+  store_->set_str(key(rank_), mine);
   std::string why;
   for (int r = 0; r < size_ && why.empty(); ++r) {
-    std::string v = "1";
-    if (r == rank_) {
-      if (!mine.empty()) v = "0 " + mine;
-    } else {
-      await_arena_key(key(r), r, deadline);
-      v = store_->get_str(key(r));
-    }
+    if (r != rank_) await_arena_key(key(r), r, deadline);
+    const std::string v = r == rank_ ? mine : store_->get_str(key(r));
     if (v != "1") why = "rank " + std::to_string(r) + ": " + v.substr(std::min<size_t>(2, v.size()));
   }
   arena_->set_reads(why.empty());

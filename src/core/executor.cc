@@ -903,7 +903,8 @@ void CommunicatorImpl::run_collective(Op& op) {
 const coll::Algorithm& CommunicatorImpl::chosen(Coll c, const coll::Args& a, const coll::Topology& topo) {
   Chosen& m = chosen_[static_cast<size_t>(c)];
   if (!m.algo || m.count != a.count || m.dt != a.dt) {
-    m = {a.count, a.dt, &coll::select(c, a, size_, overrides_, topo, {arena_ != nullptr, arena_ && arena_->reads(), crowded_})};
+    const coll::ArenaCaps caps{arena_ != nullptr, arena_ && arena_->reads(), crowded_};
+    m = {a.count, a.dt, &coll::select(c, a, size_, overrides_, topo, caps)};
   }
   return *m.algo;
 }

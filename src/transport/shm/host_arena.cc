@@ -361,14 +361,24 @@ void HostArena::sleep_on(int peer, uint32_t target, const LazyDeadline& deadline
 
 // ---- single-copy reads ----------------------------------------------------
 
+namespace {
+
+// Up to `n` bytes at `addr` in process `pid` to `dst`: process_vm_readv's
+// result.
+ssize_t read_remote(int64_t pid, uint64_t addr, void* dst, size_t n) {
+  iovec local{dst, n};
+  iovec remote{reinterpret_cast<void*>(addr), n};
+  return process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+}
+
+}  // namespace
+
 std::string HostArena::probe_reads() const {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     const Member& m = member(q);
     ArenaHeader theirs{};
-    iovec local{&theirs, sizeof(theirs)};
-    iovec remote{reinterpret_cast<void*>(m.map), sizeof(theirs)};
-    const ssize_t n = process_vm_readv(static_cast<pid_t>(m.pid), &local, 1, &remote, 1, 0);
+    const ssize_t n = read_remote(m.pid, m.map, &theirs, sizeof(theirs));
     if (n < 0) return "process_vm_readv of rank " + std::to_string(q) + ": " + errno_text();
     if (n != static_cast<ssize_t>(sizeof(theirs)) || std::memcmp(&theirs, map_, sizeof(theirs)) != 0) {
       return "process_vm_readv of rank " + std::to_string(q) + " read something other than the arena";
@@ -382,16 +392,13 @@ void HostArena::publish(const void* buf) {
   std::memcpy(line(rank_).data, &addr, sizeof(addr));
 }
 
-void HostArena::read(int peer, size_t offset, void* dst, size_t n) {
+void HostArena::read(int peer, void* dst, size_t n) {
   uint64_t addr = 0;
   std::memcpy(&addr, line(peer).data, sizeof(addr));
-  const auto pid = static_cast<pid_t>(member(peer).pid);
+  const int64_t pid = member(peer).pid;
   char* to = static_cast<char*>(dst);
-  addr += offset;
   while (n > 0) {
-    iovec local{to, n};
-    iovec remote{reinterpret_cast<void*>(addr), n};
-    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    const ssize_t got = read_remote(pid, addr, to, n);
     if (got <= 0) {
       const int err = got < 0 ? errno : EIO;
       if (hooks_.peer_gone) {

@@ -106,10 +106,10 @@ class HostArena {
   // this rank's line (the round's inline data; only for rounds whose slots
   // are not inline).
   void publish(const void* buf);
-  // Copies `n` bytes, from `offset` bytes into the buffer `peer` published
-  // this round (after waiting for its phase 1), to `dst`. Throws PeerLost
-  // when the peer's process is gone, else an InternalError naming it.
-  void read(int peer, size_t offset, void* dst, size_t n);
+  // Copies the first `n` bytes of the buffer `peer` published this round
+  // (after waiting for its phase 1) to `dst`. Throws PeerLost when the
+  // peer's process is gone, else an InternalError naming it.
+  void read(int peer, void* dst, size_t n);
 
   struct Member;  // a rank's entry in the member table (host_arena.cc)
 
