@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,7 @@ struct Options {
   // this host runs no more ranks than it has cores). SHOAL_SPIN_US.
   int spin_us = -1;
   // Pipelining segment of large transfers. SHOAL_SEGMENT_BYTES.
-  size_t segment_bytes = 0;  // 0 = default (512 KiB)
+  size_t segment_bytes = 0;  // 0: SHOAL_SEGMENT_BYTES (docs/knobs.md)
   // Store keys of this communicator live under "shoal/<name>/". Empty: a
   // per-process counter, so communicators created in the same order on every
   // rank pair up.
@@ -68,7 +69,11 @@ struct Options {
 
 // Per-operation options.
 struct OpOptions {
-  std::chrono::milliseconds timeout{0};  // 0: the communicator's timeout
+  // How long the operation may take before it fails with TimeoutError
+  // (naming the ranks it waits for). Unset: the communicator's timeout.
+  // Zero is a zero timeout: the operation fails at once unless it completes
+  // without waiting for a peer. Negative is an argument error.
+  std::optional<std::chrono::milliseconds> timeout;
   std::string algorithm;                  // force an algorithm by name
   double scale = 1.0;                     // the factor of ReduceOp::kPremulSum
   // The call returns only once the operation has completed (its Work is done;

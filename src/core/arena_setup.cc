@@ -56,7 +56,7 @@ void CommunicatorImpl::await_arena_key(const std::string& key, int who, transpor
     } catch (const TimeoutError&) {
     }
     if (auto e = transport_->broken()) std::rethrow_exception(e);
-    if (auto e = while_blocked()) std::rethrow_exception(e);
+    if (auto e = while_blocked(deadline)) std::rethrow_exception(e);
     if (auto e = root_->peer_gone(transport_->to_wire(who))) std::rethrow_exception(e);
     if (auto e = order_check(who)) std::rethrow_exception(e);
     if (transport::Clock::now() >= deadline) {
@@ -130,7 +130,7 @@ void CommunicatorImpl::setup_arena(transport::Clock::time_point deadline) {
   }
   transport::shm::ArenaHooks h;
   h.broken = [this] { return transport_->broken(); };
-  h.check_abort = [this] { return while_blocked(); };
+  h.check_abort = [this](transport::Clock::time_point deadline) { return while_blocked(deadline); };
   h.order_check = [this](int peer) { return order_check(peer); };
   h.peer_gone = [this](int peer) { return root_->peer_gone(transport_->to_wire(peer)); };
   h.timed_out = [this](const std::string& waiting) { return timed_out(waiting); };

@@ -153,6 +153,11 @@ Op make_op(Coll c, const OpOptions& o) {
 // Chooses the algorithm at issue time, so that a bad forced name is an
 // argument error of the call.
 static WorkPtr submit(CommunicatorImpl& impl, Op&& op) {
+  if (op.opts.timeout && op.opts.timeout->count() < 0) {
+    Checker(impl.label(), op.coll)
+        .fail("timeout", "must be >= 0 ms (leave it unset for the communicator's), got " +
+                             std::to_string(op.opts.timeout->count()) + " ms");
+  }
   if (op.coll != Coll::kSend && op.coll != Coll::kRecv) {
     if (!op.opts.algorithm.empty()) {
       op.algo = coll::find_algorithm(op.coll, op.opts.algorithm);

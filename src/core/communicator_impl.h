@@ -124,7 +124,7 @@ class CommunicatorImpl {
   std::exception_ptr peer_gone(int peer);
   std::exception_ptr timed_out(const std::string& waiting);
   std::exception_ptr abort_record();
-  std::exception_ptr while_blocked();
+  std::exception_ptr while_blocked(transport::Clock::time_point deadline);
   std::exception_ptr order_check(int peer);
   const coll::Topology& topology();
   // Sets up arena_ on the first collective when every rank is on this host

@@ -134,7 +134,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   t.on_break = [this](std::exception_ptr e) { on_break(e); };
   t.on_lost = [this](int peer, const std::string& d) { return on_lost(peer, d); };
   roll_call_ = std::make_unique<core::RollCall>(store_, rank_, size_);
-  auto check_abort = [this]() -> std::exception_ptr { return while_blocked(); };
+  auto check_abort = [this](transport::Clock::time_point deadline) { return while_blocked(deadline); };
   t.check_abort = check_abort;
   t.describe_fp = [this](const transport::Fingerprint& fp) { return describe(fp); };
 
@@ -356,12 +356,11 @@ std::exception_ptr CommunicatorImpl::timed_out(const std::string& waiting) {
   // A rank that failed first has said why; ranks that left after it would
   // not answer the roll either.
   if (auto first = abort_record()) return first;
-  constexpr auto kWindow = std::chrono::milliseconds(600);  // > 2 abort polls of a blocked rank
-  auto silent = roll_call_->call(kWindow);
-  std::string msg = "timed out waiting for " + waiting;  // also when the store cannot be asked
+  auto silent = roll_call_->silent();
+  std::string msg = "timed out waiting for " + waiting;  // also when no roll call was made
   if (silent && !silent->empty()) {
-    msg = "timed out: " + core::describe_silent(*silent) + " a roll call within " +
-          std::to_string(kWindow.count()) + " ms (stopped, hung, or busy outside this communicator); rank " +
+    msg = "timed out: " + core::describe_silent(*silent) +
+          " a roll call before the deadline (stopped, hung, or busy outside this communicator); rank " +
           std::to_string(rank_) + " was waiting for " + waiting;
   } else if (silent) {
     msg += "; every rank answered a roll call, so all are alive and waiting in shoal (operations that "
@@ -387,9 +386,9 @@ std::exception_ptr CommunicatorImpl::abort_record() {
 // communicator): answers a roll call, publishes which operation of the
 // family it is blocked in (for order_check on its peers), and returns
 // another rank's published cause, if any.
-std::exception_ptr CommunicatorImpl::while_blocked() {
-  if (root_ != this) return root_->while_blocked();
-  roll_call_->answer();  // blocked in shoal: say so if someone calls the roll
+std::exception_ptr CommunicatorImpl::while_blocked(transport::Clock::time_point deadline) {
+  if (root_ != this) return root_->while_blocked(deadline);
+  roll_call_->poll(deadline);  // blocked in shoal: answer a roll call, or call one near the deadline
   auto& fam = *driver_->family;
   if (fam.size() > 1) {
     const std::string pos = std::to_string(fam.current_ctx()) + " " + std::to_string(fam.current_seq());
@@ -733,6 +732,7 @@ void CommunicatorImpl::reap_p2p() {
       observer_->finished(op, nullptr);
       op.work->finish(nullptr, transport_->from_wire(op.req->source));
       it = inflight_p2p_.erase(it);
+    if (probe) roll_call_->poll(op.deadline);
       inflight_count_.store(inflight_p2p_.size());
       continue;
     }
@@ -745,7 +745,6 @@ void CommunicatorImpl::reap_p2p() {
                                                std::to_string(op.tag) + "): "));
       transport_->poll();  // throws the cause, after publishing it
     }
-    if (probe) roll_call_->answer();
     if (probe && op.peer >= 0) {
       if (auto gone = transport_->gone_silently(op.peer)) {
         transport_->abort(gone);
@@ -831,7 +830,7 @@ void CommunicatorImpl::post_p2p(Op& op) {
   owned->tag = op.tag;
   owned->args = op.args;
   owned->trace = op.trace;
-  owned->deadline = Clock::now() + (op.opts.timeout.count() > 0 ? op.opts.timeout : opts_.timeout);
+  owned->deadline = Clock::now() + op.opts.timeout.value_or(opts_.timeout);
   inflight_p2p_.push_back(std::move(owned));
   inflight_count_.store(inflight_p2p_.size());
 }
@@ -883,9 +882,9 @@ void CommunicatorImpl::run_collective(Op& op) {
     a.send_displs = op.send_displs.empty() ? nullptr : op.send_displs.data();
   }
 
-  auto timeout = op.opts.timeout.count() > 0 ? op.opts.timeout : opts_.timeout;
+  const auto timeout = op.opts.timeout.value_or(opts_.timeout);
   const coll::Topology& topo = topology();
-  if (!arena_checked_) setup_arena(Clock::now() + timeout);
+  if (!arena_checked_) setup_arena(Clock::now() + timeout);  // within this operation's time
   if (!op.algo) op.algo = &chosen(op.coll, a, topo);
   fp.algo = coll::algorithm_id(*op.algo);
   coll::Ctx ctx(*transport_, op.seq, fp, timeout, scratch_, tuning_, topo, arena_.get());

@@ -11,39 +11,84 @@ namespace shoal::core {
 RollCall::RollCall(std::shared_ptr<Store> store, int rank, int size)
     : store_(std::move(store)), rank_(rank), size_(size) {}
 
-void RollCall::answer_open() {
-  bool expected = false;
-  if (!answered_.compare_exchange_strong(expected, true)) return;  // once: the count must not run ahead
-  store_->set_str("roll/" + std::to_string(rank_), "here");
-  store_->add("roll/count", 1);
+uint64_t RollCall::latest() { return static_cast<uint64_t>(store_->add("roll/gen", 0)); }
+
+void RollCall::answer_locked(uint64_t gen) {
+  if (gen <= answered_) return;
+  store_->set_str("roll/" + std::to_string(rank_), std::to_string(gen));
+  answered_ = gen;
+}
+
+uint64_t RollCall::open_locked() {
+  const auto gen = static_cast<uint64_t>(store_->add("roll/gen", 1));
+  answer_locked(gen);
+  opened_ = gen;
+  opened_at_ = Clock::now();
+  return gen;
 }
 
 void RollCall::answer() {
-  if (answered_.load(std::memory_order_relaxed)) return;
+  if (size_ <= 1) return;
   try {
-    if (store_->check({"roll/open"})) answer_open();
+    const uint64_t gen = latest();
+    std::lock_guard<std::mutex> g(mu_);
+    answer_locked(gen);
   } catch (...) {
     // The store is gone: whoever called the roll learns nothing from us,
     // and the failed store is reported by the wait itself.
   }
 }
 
-std::optional<std::vector<int>> RollCall::call(std::chrono::milliseconds window) {
-  if (size_ <= 1) return std::vector<int>{};
+void RollCall::poll(Clock::time_point deadline) {
+  if (size_ <= 1) return;
   try {
-    store_->set_str("roll/open", "1");
-    answer_open();
-    const auto deadline = std::chrono::steady_clock::now() + window;
+    const uint64_t gen = latest();
+    std::lock_guard<std::mutex> g(mu_);
+    answer_locked(gen);
+    if (deadline - Clock::now() <= kOpenAhead && opened_for_ != deadline) {
+      open_locked();
+      opened_for_ = deadline;
+    }
+  } catch (...) {
+  }
+}
+
+std::optional<std::vector<int>> RollCall::silent() {
+  if (size_ <= 1) return std::vector<int>{};
+  uint64_t gen = 0;
+  Clock::time_point until;
+  try {
+    const uint64_t open = latest();
+    std::lock_guard<std::mutex> g(mu_);
+    answer_locked(open);  // a rank timing out answers the others' roll calls too
+    const auto now = Clock::now();
+    if (opened_ == 0 || now - opened_at_ > kOpenAhead + kAnswerTime) return std::nullopt;
+    gen = opened_;  // opened by poll() ahead of this deadline
+    until = std::max(now, opened_at_ + kAnswerTime);
+  } catch (...) {
+    return std::nullopt;
+  }
+  return collect(gen, until);
+}
+
+std::optional<std::vector<int>> RollCall::collect(uint64_t gen, Clock::time_point until) {
+  std::vector<bool> here(static_cast<size_t>(size_), false);
+  here[static_cast<size_t>(rank_)] = true;
+  try {
     for (;;) {
-      if (store_->add("roll/count", 0) >= size_) return std::vector<int>{};
-      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::vector<int> silent;
+      for (int r = 0; r < size_; ++r) {
+        if (here[static_cast<size_t>(r)]) continue;
+        const std::string key = "roll/" + std::to_string(r);
+        if (store_->check({key}) && std::stoull(store_->get_str(key)) >= gen) {
+          here[static_cast<size_t>(r)] = true;
+        } else {
+          silent.push_back(r);
+        }
+      }
+      if (silent.empty() || Clock::now() >= until) return silent;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling the store for answers
     }
-    std::vector<int> silent;
-    for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && !store_->check({"roll/" + std::to_string(r)})) silent.push_back(r);
-    }
-    return silent;
   } catch (...) {
     return std::nullopt;
   }

@@ -284,7 +284,7 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     if (block(timeout_ms) == 0 && opts_.check_abort && Clock::now() >= next_abort_check) {
       // Blocked with nothing moving: has another rank failed the job?
       next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
-      if (auto cause = opts_.check_abort()) fail(cause);
+      if (auto cause = opts_.check_abort(deadline)) fail(cause);
       for (size_t i = 0; i < n; ++i) {
         if (reqs[i]->complete || reqs[i]->peer < 0) continue;
         if (auto cause = gone_silently(reqs[i]->peer)) fail(cause);

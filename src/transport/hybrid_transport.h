@@ -26,9 +26,10 @@ namespace shoal::transport {
 
 struct HybridOptions {
   std::function<bool(int peer)> is_local;  // may block; asked once per peer
-  // Polled every `abort_poll_ms` while a wait is blocked: the job-wide cause
-  // when another rank has published one, else null.
-  std::function<std::exception_ptr()> check_abort;
+  // Polled every `abort_poll_ms` while a wait is blocked, with the wait's
+  // deadline: the job-wide cause when another rank has published one, else
+  // null. (The core also answers and opens roll calls here: core/roll_call.h.)
+  std::function<std::exception_ptr(Clock::time_point deadline)> check_abort;
   int abort_poll_ms = 250;
   // Polled likewise for each peer a blocked wait waits for that has never
   // connected: a cause when that peer is known to be gone (its process on

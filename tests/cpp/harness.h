@@ -6,6 +6,11 @@
 // of every rank is captured; a child that runs past the job's timeout is
 // killed. Inside a child, use SHOAL_CHECK / SHOAL_CHECK_EQ: a failure prints
 // its location and the rank's context and makes the rank exit 1.
+//
+// A rank passes only if its body returned (or it left on purpose through
+// test::leave): a child that exits 0 before that (an _exit or exit deep in
+// the code under test) is reported by failures(), so a job can never pass
+// with fewer ranks having run than it started.
 #pragma once
 
 #include <poll.h>
@@ -32,7 +37,8 @@ struct RankResult {
   int exit_code = -1;  // -1 if killed by a signal
   int signal = 0;
   bool timed_out = false;
-  std::string output;  // stdout and stderr, interleaved
+  bool finished = false;  // the body returned, or the rank called leave()
+  std::string output;     // stdout and stderr, interleaved
 };
 
 struct JobOptions {
@@ -45,6 +51,26 @@ struct JobOptions {
 inline int& check_failures() {
   static int n = 0;
   return n;
+}
+
+// In a child: the write end of the pipe that tells the parent the rank finished.
+inline int& finished_fd() {
+  static int fd = -1;
+  return fd;
+}
+
+inline void mark_finished() {
+  char one = 1;
+  if (finished_fd() >= 0 && ::write(finished_fd(), &one, 1) != 1) _exit(3);
+}
+
+// Ends a rank on purpose before its body returns (a rank that "dies" with
+// its sockets closed by the kernel), counted as finished.
+[[noreturn]] inline void leave(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  mark_finished();
+  _exit(code);
 }
 
 #define SHOAL_CHECK(cond)                                                                \
@@ -111,13 +137,15 @@ inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo 
   std::fflush(stderr);
 
   std::vector<pid_t> pids(n);
-  std::vector<int> fds(n);
+  std::vector<int> fds(n), done(n);
   for (int r = 0; r < n; ++r) {
-    int p[2];
-    if (pipe(p) != 0) throw std::runtime_error("pipe");
+    int p[2], d[2];
+    if (pipe(p) != 0 || pipe(d) != 0) throw std::runtime_error("pipe");
     pid_t pid = fork();
     if (pid == 0) {
       ::close(p[0]);
+      ::close(d[0]);
+      finished_fd() = d[1];
       ::close(keepalive);
       dup2(p[1], 1);
       dup2(p[1], 2);
@@ -136,6 +164,7 @@ inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo 
         body(comm, r, n, store);
         comm.reset();
         code = check_failures() ? 1 : 0;
+        mark_finished();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: uncaught exception: %s\n", r, e.what());
         code = 2;
@@ -145,8 +174,10 @@ inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo 
       _exit(code);
     }
     ::close(p[1]);
+    ::close(d[1]);
     pids[r] = pid;
     fds[r] = p[0];
+    done[r] = d[0];
   }
 
   std::vector<RankResult> res(n);
@@ -196,6 +227,9 @@ inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo 
     res[r].rank = r;
     if (WIFEXITED(st)) res[r].exit_code = WEXITSTATUS(st);
     if (WIFSIGNALED(st)) res[r].signal = WTERMSIG(st);
+    char one = 0;
+    res[r].finished = ::read(done[r], &one, 1) == 1;  // the child is gone: 0 (EOF) unless it wrote
+    ::close(done[r]);
   }
   return res;
 }
@@ -204,9 +238,10 @@ inline std::vector<RankResult> run_ranks(int n, const Body& body, JobOptions jo 
 inline std::string failures(const std::vector<RankResult>& rs) {
   std::ostringstream o;
   for (const auto& r : rs) {
-    if (r.exit_code == 0 && !r.timed_out) continue;
+    if (r.exit_code == 0 && !r.timed_out && r.finished) continue;
     o << "rank " << r.rank << ": exit " << r.exit_code << " signal " << r.signal
-      << (r.timed_out ? " TIMED OUT" : "") << "\n"
+      << (r.timed_out ? " TIMED OUT" : "")
+      << (r.exit_code == 0 && !r.finished ? " before its body returned" : "") << "\n"
       << r.output.substr(0, 4000) << "\n";
   }
   return o.str();

@@ -31,6 +31,10 @@ using test::mono_ns;
 
 bool quick() { return std::getenv("SHOAL_TEST_QUICK") != nullptr; }
 
+// A zero timeout fails without waiting for anything; the bound covers the
+// roll call a timeout makes (kAnswerTime) and scheduling noise.
+constexpr double kZeroTimeoutMs = 800;
+
 // ---- a rank dies mid-collective ---------------------------------------------
 
 // What /dev/shm holds: a killed rank must not leave anything there.
@@ -87,6 +91,7 @@ void kill_mid_allreduce(int n, int victim, size_t bytes) {
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << ":\n" << res[r].output;
+    EXPECT_TRUE(res[r].finished) << "rank " << r << ":\n" << res[r].output;
     std::smatch e;
     ASSERT_TRUE(std::regex_search(res[r].output, e, std::regex("ERROR_AT (\\d+)"))) << res[r].output;
     int64_t dt = std::stoll(e[1]) - killed;
@@ -199,6 +204,62 @@ TEST(Faults, RecvTimesOutNamingThePeer) {
   EXPECT_EQ(test::failures(res), "");
 }
 
+// The roll call that names the missing rank fits inside the operation's
+// timeout (it is opened ahead of the deadline, core/roll_call.h), so a 1 s
+// timeout fails after 1 s plus scheduling noise, not 1 s plus the roll call.
+TEST(Faults, TimeoutKeepsItsDeadlineAndNamesTheMissingRank) {
+  auto res = run_ranks(3, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    float x = 1;
+    c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum)->wait();  // connected, arena set up
+    if (me == 2) {
+      store->get("survivors_done");  // never joins the second allreduce
+      return;
+    }
+    OpOptions o;
+    o.timeout = std::chrono::milliseconds(1000);
+    auto t0 = mono_ns();
+    auto err = capture([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, o)->wait(); });
+    double ms = (mono_ns() - t0) / 1e6;
+    SHOAL_CHECK(err != nullptr);
+    if (err) {
+      SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
+      SHOAL_CHECK_MSG(message(err).find("rank 2 has not answered a roll call") != std::string::npos, message(err));
+      SHOAL_CHECK_MSG(ms >= 990 && ms < 1300, "took " << ms << " ms");
+    }
+    if (store->add("survivors", 1) == 2) store->set_str("survivors_done", "1");
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// A zero timeout is a timeout of zero (as in PyTorch, where "unset" is a
+// separate value): an operation that must wait for a peer fails at once. A
+// negative timeout is an argument error, before anything is sent.
+TEST(Faults, ZeroTimeoutFailsAtOnceAndNegativeIsRefused) {
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    float x = 1;
+    c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum)->wait();  // connected, arena set up
+    OpOptions bad;
+    bad.timeout = std::chrono::milliseconds(-5);
+    auto neg = capture([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, bad); });
+    SHOAL_CHECK(neg != nullptr && code(neg) == ErrorCode::kInvalidArgument);
+    if (neg) SHOAL_CHECK_MSG(message(neg).find("allreduce: timeout: must be >= 0 ms") != std::string::npos, message(neg));
+    OpOptions zero;
+    zero.timeout = std::chrono::milliseconds(0);
+    if (me == 1) {
+      store->get("rank0_done");  // never joins the allreduce
+      return;
+    }
+    auto t0 = mono_ns();
+    auto err = capture([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, zero)->wait(); });
+    double ms = (mono_ns() - t0) / 1e6;
+    SHOAL_CHECK(err != nullptr);
+    if (err) SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
+    SHOAL_CHECK_MSG(ms < kZeroTimeoutMs, "took " << ms << " ms");
+    store->set_str("rank0_done", "1");
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
 // A stopped rank (SIGSTOP: its sockets stay open, nothing is ever closed) is
 // found by the timeout only; every survivor must name it, not the neighbour
 // it happened to wait for (the roll call, core/roll_call.h).
@@ -241,6 +302,7 @@ void stopped_rank_is_named(int n, int victim, size_t count) {
   EXPECT_EQ(res[victim].signal, SIGKILL) << res[victim].output;
   res[victim].exit_code = 0;
   res[victim].signal = 0;
+  res[victim].finished = true;
   EXPECT_EQ(test::failures(res), "");
   for (int r = 0; r < n; ++r) {
     if (r != victim) std::printf("[ rank %d ] %s", r, res[r].output.substr(0, 600).c_str());
@@ -378,6 +440,7 @@ TEST(Faults, DeathBeforeConnectingIsSeenWithinTwoSeconds) {
   ASSERT_EQ(res[1].signal, SIGKILL) << res[1].output;
   EXPECT_EQ(res[0].exit_code, 0) << res[0].output;
   EXPECT_EQ(res[2].exit_code, 0) << res[2].output;
+  EXPECT_TRUE(res[0].finished && res[2].finished) << res[0].output << res[2].output;
   std::smatch k, e;
   ASSERT_TRUE(std::regex_search(res[1].output, k, std::regex("KILLED_AT (\\d+)"))) << res[1].output;
   ASSERT_TRUE(std::regex_search(res[2].output, e, std::regex("ERROR_AT (\\d+)"))) << res[2].output;

@@ -6,6 +6,7 @@ that no process carrying the tag is left. Waits poll files or process state
 with a deadline; nothing sleeps to synchronise.
 """
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -230,6 +231,22 @@ def one_error_line(launcher):
     assert len(lines) == 1, launcher.err
     assert lines[0].startswith("shoalrun: error: "), lines[0]
     return lines[0]
+
+
+RANK_LINE = re.compile(r"^\[(\d+)\]: rank (\d+) of (\d+)\b", re.M)
+
+
+def assert_ranks_reported(out, world):
+    """Every worker ran: exactly one line `[r]: rank r of <world> ...` for each r in 0..world-1
+    (the launcher's prefix and the worker's own RANK agree), and no other."""
+    got = sorted((int(p), int(r), int(w)) for p, r, w in RANK_LINE.findall(out))
+    assert got == [(r, r, world) for r in range(world)], f"ranks that reported {got}:\n{out}"
+
+
+def assert_rank_files(job, stem, world):
+    """Every worker ran: exactly the files <stem>.0 .. <stem>.<world-1> were written."""
+    got = sorted(p.name for p in job.dir.iterdir() if re.fullmatch(rf"{re.escape(stem)}\.\d+", p.name))
+    assert got == sorted(f"{stem}.{r}" for r in range(world)), f"ranks that reported: {got}"
 
 
 PY = sys.executable

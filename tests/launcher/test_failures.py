@@ -3,6 +3,8 @@ import signal
 
 import pytest
 
+from conftest import assert_rank_files
+
 # A worker that says it is up, then waits (interruptibly) until told otherwise.
 # FAIL_RANK exits with FAIL_CODE once every worker is up; KILL_RANK SIGKILLs itself.
 WORKER = r"""#!/bin/bash
@@ -130,6 +132,7 @@ exit 0
     assert r.err.count("restarting the workers") == 2
     for attempt in range(3):
         assert f"[1]: rank 1 attempt {attempt}" in r.out
+    assert "[0]: rank 0 attempt 2" in r.out  # the last attempt, where nobody is stopped early
     r = job.run("--nproc-per-node", "2", "--max-restarts", "1", "--no-python", "./flaky.sh")
     assert r.rc == 5, r.err
     assert r.err.count("restarting the workers") == 1
@@ -164,11 +167,13 @@ def test_escaped_grandchild_is_killed_at_exit(job):
     # A worker's child that moved to its own session is still cleaned up.
     job.script("daemon.sh", r"""#!/bin/bash
 setsid sleep 120 < /dev/null > /dev/null 2>&1 &
+echo $! > "$JOB_DIR/escaped.$RANK"
 sleep 0.1
 exit 0
 """)
     r = job.run("--nproc-per-node", "1", "--no-python", "./daemon.sh")
     assert r.rc == 0, r.err
+    assert_rank_files(job, "escaped", 1)  # the worker ran and started the grandchild
 
 
 def test_missing_executable_at_exec(job):

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import REPO, free_ports
+from conftest import REPO, assert_ranks_reported, free_ports
 
 WORKER = r"""#!/bin/bash
 touch "$JOB_DIR/up.$RANK"
@@ -182,6 +182,7 @@ def test_slurm_two_nodes(job):
     for launcher in launchers:
         assert launcher.wait() == 0, launcher.err
         assert "cluster description from slurm" in launcher.err
+    assert_ranks_reported(launchers[0].out + launchers[1].out, 2)
     assert "[1]: rank 1 of 2 node 1" in launchers[1].out
 
 
@@ -196,6 +197,7 @@ def test_sagemaker_two_nodes(job):
                                    "./w.sh", env=env, name=f"node{node}"))
     for launcher in launchers:
         assert launcher.wait() == 0, launcher.err
+    assert_ranks_reported(launchers[0].out + launchers[1].out, 4)
     assert "[3]: rank 3 of 4 node 1 local 1/2" in launchers[1].out
 
 
@@ -209,4 +211,5 @@ def test_openmpi_two_nodes(job):
                                    rdzv_port, "--no-python", "./w.sh", env=env, name=f"node{node}"))
     for launcher in launchers:
         assert launcher.wait() == 0, launcher.err
+    assert_ranks_reported(launchers[0].out + launchers[1].out, 2)
     assert "[1]: rank 1 of 2 node 1" in launchers[1].out

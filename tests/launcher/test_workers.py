@@ -2,6 +2,9 @@
 import json
 import os
 import re
+from collections import Counter
+
+from conftest import assert_rank_files
 
 ENV_DUMP = """#!/bin/sh
 for v in RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT SHOAL_RESTART_COUNT \\
@@ -37,7 +40,9 @@ def test_omp_num_threads_kept_when_set(job):
     job.script("env.sh", ENV_DUMP)
     r = job.run("--nproc-per-node", "2", "--no-python", "./env.sh", env=job.env(OMP_NUM_THREADS="7"))
     assert r.rc == 0, r.err
-    assert read_env(job, 1)["OMP_NUM_THREADS"] == "7"
+    assert_rank_files(job, "env", 2)
+    for rank in range(2):
+        assert read_env(job, rank)["OMP_NUM_THREADS"] == "7"
     assert "OMP_NUM_THREADS" not in r.err
 
 
@@ -106,6 +111,8 @@ for i in range(60):
     for line in lines:
         m = re.fullmatch(r"\[(\d)\]: (\d+)", line)
         assert m and m.group(2) == m.group(1) * 3000, line[:80]
+    # Every rank wrote its 60 lines (not 180 lines from fewer ranks).
+    assert Counter(line[1] for line in lines) == {"0": 60, "1": 60, "2": 60}
 
 
 def test_log_dir_and_tee(job):
@@ -120,10 +127,14 @@ def test_log_dir_and_tee(job):
     logs2 = job.dir / "logs2"
     r = job.run("--nproc-per-node", "2", "--log-dir", logs2, "--tee", "--no-python", "./w.sh")
     assert r.rc == 0, r.err
-    assert "[1]: line 1" in r.out and "[1]: warn 1" in r.err
-    assert sorted((logs2 / "rank_1.log").read_text().splitlines()) == ["line 1", "warn 1"]
+    for rank in range(2):
+        assert f"[{rank}]: line {rank}" in r.out and f"[{rank}]: warn {rank}" in r.err
+        assert sorted((logs2 / f"rank_{rank}.log").read_text().splitlines()) == [f"line {rank}", f"warn {rank}"]
 
 
 def test_zero_exit_of_all_workers(job):
-    r = job.run("--nproc-per-node", "2", "--no-python", "true", env=job.env(OMP_NUM_THREADS=1))
+    # Silent workers that leave a file each: exit 0 and no output must mean both ran.
+    r = job.run("--nproc-per-node", "2", "--no-python", "sh", "-c", 'touch "$JOB_DIR/ran.$RANK"',
+                env=job.env(OMP_NUM_THREADS=1))
     assert r.rc == 0 and r.out == "" and r.err == ""
+    assert_rank_files(job, "ran", 2)

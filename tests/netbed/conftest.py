@@ -77,5 +77,12 @@ def venv_python():
     return VENV_PY
 
 
+def assert_every_rank(res, world):
+    """The job ran exactly ranks 0..world-1: a check looping over res.ranks (or
+    JobResult.ok, true for no ranks at all) says nothing about the ranks that never started."""
+    got = sorted(r.rank for r in res.ranks)
+    assert got == list(range(world)), f"ranks of the job: {got}, want 0..{world - 1}"
+
+
 def env_without(*names):
     return {k: v for k, v in os.environ.items() if k not in names}

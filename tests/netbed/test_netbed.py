@@ -21,7 +21,7 @@ import time
 import pytest
 
 import netbed
-from conftest import REPO, SHOAL_PERF, root_network_state
+from conftest import REPO, SHOAL_PERF, assert_every_rank, root_network_state
 
 NETBED_CLI = [sys.executable, str(REPO / "bench" / "netbed")]
 PER_HOST = 2
@@ -94,6 +94,7 @@ def test_torch_backend_on_two_hosts(bed, venv_python):
     res = bed.job([str(venv_python), str(REPO / "tests" / "netbed" / "torch_check.py")],
                   per_host=PER_HOST, timeout=90)
     assert res.ok, res.summary()
+    assert_every_rank(res, 4)
     for r in res.ranks:
         assert (f"torch check ok: rank {r.rank} of 4 on {bed.namespaces[r.host]}"
                 in r.stdout), r.stdout + r.stderr
@@ -184,6 +185,7 @@ def test_job_environment_and_hostnames(bed):
               '$MASTER_ADDR $MASTER_PORT $SHOAL_ADVERTISE_ADDR $(cat /proc/sys/kernel/hostname)"')
     res = bed.job(["sh", "-c", script], per_host=PER_HOST, timeout=30)
     assert res.ok, res.summary()
+    assert_every_rank(res, 4)
     ports = set()
     for r in res.ranks:
         rank, world, local, lws, group, maddr, mport, adv, host = r.stdout.split()
@@ -200,6 +202,7 @@ def test_failing_rank_stops_the_job(bed):
     res = bed.job(lambda rank: ["sh", "-c", "exit 3"] if rank == 3 else ["sleep", "60"],
                   per_host=PER_HOST, timeout=30, grace=2)
     assert time.monotonic() - t0 < 15
+    assert_every_rank(res, 4)
     assert not res.ok and res.failed.rank == 3 and res.failed.returncode == 3
     assert all(r.killed for r in res.ranks if r.rank != 3)
     assert "rank 3" in res.summary()
@@ -209,6 +212,7 @@ def test_failing_rank_stops_the_job(bed):
 
 def test_job_timeout_kills_every_rank(bed):
     res = bed.job(["sleep", "60"], per_host=PER_HOST, timeout=1, grace=1)
+    assert_every_rank(res, 4)
     assert res.timed_out and not res.ok and res.seconds < 10
     assert all(r.killed and r.returncode != 0 for r in res.ranks)
     assert "timed out" in res.summary()
@@ -262,6 +266,14 @@ def test_cleanup_on_exception(netns_ok):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_cleanup_on_signal(netns_ok, sig):
     p, prefix = bed_process("bed.job(['sleep', '60'], per_host=1, timeout=120)")
+    # Signal the owner while its job runs (both ranks started), not before.
+    try:
+        wait_for(lambda: all(netbed.netns_pids(f"{prefix}-h{i}") for i in range(2)), 20,
+                 "the job's ranks to start")
+    except BaseException:
+        p.kill()  # its guard removes the bed
+        p.wait()
+        raise
     p.send_signal(sig)
     try:
         p.wait(timeout=20)

@@ -5,12 +5,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Runs only the SELECTED tests of PyTorch's suite (test_torch_suite.py)."""
+    """Runs only the selected tests of PyTorch's suite (test_torch_suite.py's SELECTION, by class)."""
     keep, drop = [], []
     for item in items:
-        selected = getattr(item.module, "SELECTED", None)
-        if item.cls is not None and item.cls.__name__ == "TestShoalBackend" and selected is not None \
-                and item.name not in selected:
+        selected = getattr(item.module, "SELECTION", {}).get(item.cls.__name__) if item.cls is not None else None
+        if selected is not None and item.name not in selected:
             drop.append(item)
         else:
             keep.append(item)

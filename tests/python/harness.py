@@ -88,13 +88,23 @@ def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER)
 
 
 def assert_all_passed(results):
-    """Every rank ran every check and none failed."""
+    """Every rank ran and reported, ran at least one check, and no check failed.
+
+    `results` has one entry per rank started (run_job), so a rank that exits
+    before printing its RESULT line, or prints one for another rank or with
+    nothing run, fails here: the job can never pass with fewer ranks than it
+    started."""
     problems = []
     for r, res in enumerate(results):
         if res is None:
             problems.append(f"rank {r}: no RESULT line")
             continue
+        if res.get("rank") != r:
+            problems.append(f"rank {r}: its RESULT line says rank {res.get('rank')}")
+        if not res["passed"] and not res["failed"]:
+            problems.append(f"rank {r}: ran no check")
         for name, err in res["failed"].items():
             problems.append(f"rank {r}: {name}: {err}")
+    assert results, "no rank ran"
     assert not problems, "\n".join(problems)
     return results[0]["passed"]

@@ -4,14 +4,26 @@
 The suite keys its skips on the BACKEND environment variable and on
 DistTestCases.backend_feature; shoal is added to the "ddp", "subgroup" and
 "plugin" features (what it supports on CPU) before the suite is imported.
-Each test spawns WORLD_SIZE (2) processes that rendezvous through a file://
-init method. SELECTED lists what runs; docs/torch.md says why the rest does not.
+Each test starts WORLD_SIZE (2) rank processes (setUp, as upstream's
+test_distributed_spawn.py does) that rendezvous through a file:// init
+method. SELECTION lists what runs, by class; docs/torch.md says why the rest does not.
+
+PyTorch's `_test_all_reduce_helper` (torch 2.13) never compares the reduced
+tensor with its expected value, so a wrong sum passes every all_reduce test;
+TestShoalBackend runs it and then checks the value itself.
+
+A runner that starts no rank makes every test pass without running anything,
+so each test also checks, after joining, that WORLD_SIZE processes ran and
+that every one of them exited cleanly or with the same skip code as rank 0
+(upstream checks rank 0's exit code only).
 """
 
 import os
 import tempfile
 
 import pytest
+import torch
+import torch.distributed as dist
 
 pytest.importorskip("expecttest", reason="PyTorch's test suite needs expecttest (pip install expecttest)")
 
@@ -20,8 +32,8 @@ os.environ.setdefault("WORLD_SIZE", "2")
 os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="shoal-torch-suite-"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import shoal.torch  # noqa: E402,F401  (registers the backend, in the spawned ranks too)
-from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+import shoal.torch  # noqa: E402,F401  (registers the backend, in the rank processes too)
+from torch.testing._internal.common_distributed import TEST_SKIPS, DistTestCases  # noqa: E402
 
 for _feature in ("ddp", "subgroup", "plugin"):
     DistTestCases.backend_feature[_feature].add("shoal")
@@ -49,8 +61,57 @@ SELECTED = [
     "test_DistributedDataParallelCPU", "test_DistributedDataParallelCPU_grad_is_view",
 ]
 
+# The suite skips its "*_group" tests below 8 ranks.
+GROUP_TESTS = [
+    "test_broadcast_group", "test_all_reduce_group_sum", "test_reduce_group_sum", "test_all_gather_group",
+    "test_gather_group", "test_scatter_group", "test_barrier_group",
+]
+SELECTION = {
+    "TestShoalBackend": [t for t in SELECTED if t not in GROUP_TESTS],
+    "TestShoalBackendEightRanks": GROUP_TESTS,
+}
+
+_SKIP_CODES = {s.exit_code for s in TEST_SKIPS.values()}
+
 
 class TestShoalBackend(TestDistBackend, DistributedTest._DistTestBase):
-    pass
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
 
-# conftest.py deselects every test of TestShoalBackend that is not in SELECTED.
+    def _test_all_reduce_helper(self, group, group_id, rank, op, master_value, worker_value, expected_value,
+                                cuda=False, rank_to_GPU=None, dtype=torch.float, async_op=False):
+        super()._test_all_reduce_helper(group, group_id, rank, op, master_value, worker_value, expected_value,
+                                        cuda=cuda, rank_to_GPU=rank_to_GPU, dtype=dtype, async_op=async_op)
+        for src in group:
+            t = torch.full((src + 2, 3), master_value if rank == src else worker_value, dtype=dtype)
+            work = dist.all_reduce(t, op, group_id, async_op=async_op)
+            if async_op:
+                work.wait()
+            self.assertEqual(t, torch.full_like(t, expected_value), msg=f"all_reduce {op} from rank {rank}")
+
+    def _check_return_codes(self, fn, elapsed_time):
+        want = int(self.world_size)
+        codes = [p.exitcode for p in self.processes]
+        assert len(codes) == want, f"{self.id()}: {len(codes)} rank processes ran, expected {want}"
+        super()._check_return_codes(fn, elapsed_time)
+        # Rank 0 passed, or every rank skipped: the others must agree.
+        bad = [(r, c) for r, c in enumerate(codes) if c != codes[0] and not (c in _SKIP_CODES and codes[0] in _SKIP_CODES)]
+        assert not bad, f"{self.id()}: rank 0 exited {codes[0]}, but " + \
+            ", ".join(f"rank {r} exited {c}" for r, c in bad)
+
+
+class TestShoalBackendEightRanks(TestShoalBackend):
+    """The same tests on 8 ranks (the suite reads WORLD_SIZE from the environment, in the ranks too)."""
+
+    def setUp(self):
+        self._world_size_before = os.environ["WORLD_SIZE"]
+        os.environ["WORLD_SIZE"] = "8"
+        super().setUp()
+
+    def tearDown(self):
+        super().tearDown()
+        os.environ["WORLD_SIZE"] = self._world_size_before
+
+
+# conftest.py deselects every test of a class that its SELECTION entry does not list.

@@ -448,13 +448,19 @@ std::shared_ptr<Communicator> ShoalBackend::comm() const {
   return comm_;
 }
 
+// c10d's options carry kUnsetTimeout (-1 ms) when the caller gave none: then
+// the group's (setTimeout), else the communicator's. Any other value is the
+// caller's, 0 included (fail at once, as Gloo does); a negative one is refused
+// by the core's argument check.
+std::optional<std::chrono::milliseconds> ShoalBackend::resolve_timeout(std::chrono::milliseconds timeout) const {
+  if (timeout != c10d::kUnsetTimeout) return timeout;
+  if (int64_t d = default_timeout_ms_.load(); d > 0) return std::chrono::milliseconds(d);
+  return std::nullopt;
+}
+
 OpOptions ShoalBackend::op_options(std::chrono::milliseconds timeout) const {
   OpOptions o;
-  if (timeout.count() > 0) {
-    o.timeout = timeout;
-  } else if (int64_t d = default_timeout_ms_.load(); d > 0) {
-    o.timeout = std::chrono::milliseconds(d);
-  }
+  o.timeout = resolve_timeout(timeout);
   return o;
 }
 
@@ -1032,9 +1038,9 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::barrier(const c10d::BarrierOptions&
 void ShoalBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   auto comm = this->comm();
   TORCH_CHECK(comm, "shoal rank ", getRank(), ": monitored_barrier: the backend was shut down");
-  const auto timeout = opts.timeout.count() > 0 ? opts.timeout
-                       : default_timeout_ms_ > 0 ? std::chrono::milliseconds(default_timeout_ms_.load())
-                                                 : cfg_.timeout;
+  const auto timeout = resolve_timeout(opts.timeout).value_or(cfg_.timeout);
+  TORCH_CHECK(timeout.count() >= 0, "shoal rank ", getRank(), ": monitored_barrier: timeout: must be >= 0 ms, got ",
+              timeout.count(), " ms");
   const int64_t tag = kMonitoredBarrierTag + static_cast<int64_t>(monitored_barrier_count_++);
   const int W = getSize();
   if (W == 1) return;

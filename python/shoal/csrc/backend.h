@@ -197,6 +197,8 @@ class ShoalBackend : public c10d::Backend {
   friend class Call;
   std::shared_ptr<Communicator> comm() const;
   OpOptions op_options(std::chrono::milliseconds timeout) const;
+  // The timeout an operation runs under (see backend.cc); nullopt: the communicator's.
+  std::optional<std::chrono::milliseconds> resolve_timeout(std::chrono::milliseconds timeout) const;
 
   BackendConfig cfg_;
   mutable std::mutex mu_;

@@ -346,7 +346,7 @@ void HostArena::sleep_on(int peer, uint32_t target, const LazyDeadline& deadline
     if (now >= next_check) {
       next_check = now + poll;
       if (hooks_.check_abort) {
-        if (auto e = hooks_.check_abort()) std::rethrow_exception(e);
+        if (auto e = hooks_.check_abort(deadline.get())) std::rethrow_exception(e);
       }
       if (hooks_.peer_gone) {
         if (auto e = hooks_.peer_gone(peer)) std::rethrow_exception(e);

@@ -58,8 +58,9 @@ namespace shoal::transport::shm {
 struct ArenaHooks {
   // The communicator's cause when it is broken or aborted (cheap, any thread).
   std::function<std::exception_ptr()> broken;
-  // Another rank's published cause, else null (a store lookup).
-  std::function<std::exception_ptr()> check_abort;
+  // Another rank's published cause, else null (a store lookup); given the
+  // wait's deadline.
+  std::function<std::exception_ptr(Clock::time_point deadline)> check_abort;
   // A cause when `peer`'s process on this machine has exited, else null.
   std::function<std::exception_ptr(int peer)> peer_gone;
   // A cause when `peer` is blocked in another operation that this rank has

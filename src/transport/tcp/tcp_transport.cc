@@ -681,7 +681,7 @@ void TcpTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadli
         Clock::now() >= next_abort_check) {
       // Blocked with nothing moving: has another rank failed the job?
       next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
-      if (auto cause = opts_.check_abort()) fail(cause);
+      if (auto cause = opts_.check_abort(deadline)) fail(cause);
     }
     check_broken();
   }

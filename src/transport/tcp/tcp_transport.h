@@ -63,8 +63,8 @@ struct TcpOptions {
   std::function<std::exception_ptr(int peer, const std::string& detail)> on_lost;
   // Polled every `abort_poll_ms` while a wait is blocked: returns the
   // job-wide cause when another rank has published one (this catches ranks
-  // this one has no connection to), else null.
-  std::function<std::exception_ptr()> check_abort;
+  // this one has no connection to), else null. Given the wait's deadline.
+  std::function<std::exception_ptr(Clock::time_point deadline)> check_abort;
   int abort_poll_ms = 250;
   // Renders a Fingerprint for mismatch messages ("allreduce(count=4, float32, sum)").
   std::function<std::string(const Fingerprint&)> describe_fp;

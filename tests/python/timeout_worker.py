@@ -1,0 +1,94 @@
+"""One rank of the timeout job (test_timeouts.py): timeouts as PyTorch defines them.
+
+An explicit timeout of 0 is a zero timeout (Gloo fails at once); c10d's unset
+value (kUnsetTimeout, what a call without a timeout passes) means the group's
+timeout; and the roll call that names a missing rank fits inside the
+operation's timeout. Ranks other than 0 stay out of the operations under test
+by waiting on a store key, and the last check breaks the group (a timeout
+breaks its communicator), so it comes last. Prints one RESULT line
+(harness.py).
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import shoal.torch  # noqa: F401
+
+RANK = int(os.environ["RANK"])
+WS = int(os.environ["WORLD_SIZE"])
+passed, failed = [], {}
+
+
+def check(name, fn):
+    try:
+        fn()
+        passed.append(name)
+    except Exception as e:  # noqa: BLE001
+        failed[name] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
+        print(f"FAILED {name}: {failed[name]}", flush=True)
+
+
+def timed_failure(fn):
+    """Runs fn, which must raise; returns (seconds it took, message)."""
+    t0 = time.monotonic()
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        return time.monotonic() - t0, str(e)
+    raise AssertionError("no error")
+
+
+def main():
+    dist.init_process_group("shoal", timeout=datetime.timedelta(seconds=60))
+    store = dist.distributed_c10d._get_default_store()
+    pg = dist.group.WORLD
+    one_second = dist.new_group(backend="shoal", timeout=datetime.timedelta(seconds=1))
+    dist.barrier()
+
+    if RANK == 0:
+        def zero_is_zero():
+            s, msg = timed_failure(lambda: pg.monitored_barrier(datetime.timedelta(0), True))
+            assert s < 0.5, f"took {s:.2f} s: {msg}"
+            assert "rank" in msg and "not reached the barrier within 0 ms" in msg, msg
+
+        def unset_is_the_groups():
+            # No timeout given: the group's 1 s, neither zero nor the default group's 60 s.
+            s, msg = timed_failure(lambda: one_second.monitored_barrier(wait_all_ranks=True))
+            assert 0.95 <= s < 3.0, f"took {s:.2f} s: {msg}"
+            assert "within 1000 ms" in msg, msg
+
+        check("monitored_barrier(timeout=0) fails at once", zero_is_zero)
+        check("monitored_barrier() without a timeout uses the group's", unset_is_the_groups)
+        store.set("monitored_done", "1")
+    else:
+        store.wait(["monitored_done"])
+        passed.append("stayed out of rank 0's monitored barriers")
+    dist.barrier()
+
+    # A barrier on the 1 s group that rank WS-1 never joins: every other rank
+    # fails after 1 s (plus scheduling noise), naming it.
+    if RANK == WS - 1:
+        store.wait(["barrier_done"])
+        passed.append("stayed out of the barrier")
+    else:
+        def barrier_keeps_its_timeout():
+            s, msg = timed_failure(lambda: dist.barrier(group=one_second))
+            assert 0.95 <= s < 1.35, f"took {s:.2f} s: {msg}"
+            assert f"rank {WS - 1} has not answered a roll call" in msg, msg
+
+        check("a 1 s barrier fails within 1 s naming the missing rank", barrier_keeps_its_timeout)
+        if store.add("barrier_checked", 1) == WS - 1:
+            store.set("barrier_done", "1")
+    print("RESULT " + json.dumps({"rank": RANK, "passed": passed, "failed": failed}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
