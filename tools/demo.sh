@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make demo` until the torch backend lands: a verified (--check) 2-rank
-# benchmark of every collective with shoal-perf, on this machine.
+# `make demo-perf`: a verified (--check) 2-rank benchmark of every
+# collective with shoal-perf, on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PERF=build/bin/shoal-perf

@@ -3,12 +3,14 @@
 on Gloo in the same run, shoal's raw figure (shoal-perf) beside them, and the
 DDP training-step benchmark (ddp_step.py) on both.
 
-    .venv/bin/python bench/torch/compare_torch.py [--np 2] [-b 64K] [-e 64M] [-f 4] [--out NAME]
+    .venv/bin/python bench/torch/compare_torch.py [--np 2] [-b 64K] [-e 64M] [-f 4]
+        [--out NAME | --baseline NAME]
 
-Writes bench/results/<NAME>/ (default torch-<date-time>): results.md (tables and
-the bars of the issue: torch-level allreduce busbw >= 1.5x Gloo's at every size
->= 64 KiB, within 10% of raw shoal-perf at 64 MiB; DDP communication per step
-<= 2/3 of Gloo's), results.jsonl, logs/. The rounds alternate gloo and shoal
+Writes bench/out/<NAME>/ (ignored by git; default torch-<date-time>), or with
+--baseline the curated bench/results/<NAME>/: results.md (tables and the bars:
+torch-level allreduce busbw >= 1.5x Gloo's at every size >= 64 KiB, within 10%
+of raw shoal-perf at 64 MiB; DDP communication per step <= 2/3 of Gloo's),
+results.jsonl, and logs/ (for a baseline, under bench/out/<NAME>/ instead). The rounds alternate gloo and shoal
 (--rounds, default 2) and keep each size's best, to damp other load.
 """
 
@@ -67,11 +69,17 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ddp-steps", type=int, default=10)
     p.add_argument("--no-ddp", action="store_true")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="a name (-> bench/out/NAME, ignored by git) or a path")
+    p.add_argument("--baseline", default=None, metavar="NAME",
+                   help="write the curated baseline bench/results/NAME (e.g. torch-2ranks) instead")
     a = p.parse_args()
-    name = a.out or datetime.datetime.now().strftime("torch-%Y%m%d-%H%M%S")
-    out = Path(name) if os.sep in name else ROOT / "bench" / "results" / name
-    (out / "logs").mkdir(parents=True, exist_ok=True)
+    if a.baseline and (a.out or os.sep in a.baseline):
+        p.error("--baseline takes a name and excludes --out")
+    name = a.baseline or a.out or datetime.datetime.now().strftime("torch-%Y%m%d-%H%M%S")
+    out = Path(name) if os.sep in name else ROOT / "bench" / ("results" if a.baseline else "out") / name
+    logs = ROOT / "bench" / "out" / name / "logs" if a.baseline else out / "logs"
+    out.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
 
     common = ["--np", str(a.np), "-b", a.b, "-e", a.e, "-f", a.f, "--ops", a.ops,
               "--iters", "20", "--warmup", "3", "--budget", "2"]
@@ -82,7 +90,7 @@ def main():
         load.append(open("/proc/loadavg").read().split()[0])
         for impl, extra in (("gloo", ["--backend", "gloo"]),
                             ("shoal", ["--backend", "shoal", "--import", "shoal.torch"])):
-            rows = run([PY, str(TORCH_BENCH)] + extra + common, out / "logs" / f"{impl}-{rnd}.txt")
+            rows = run([PY, str(TORCH_BENCH)] + extra + common, logs / f"{impl}-{rnd}.txt")
             for r in rows:
                 r["impl"] = impl
                 k = (impl, r["op"], int(r["bytes"]))
@@ -94,7 +102,7 @@ def main():
             for op in a.ops.split(","):
                 rows += run([str(SHOAL_PERF), "--op", op, "--np", str(a.np), "-b", a.b, "-e", a.e,
                              "-f", a.f, "--dtype", "float32", "--iters", "20", "--warmup", "3",
-                             "--check", "--format", "json"], out / "logs" / f"raw-{op}-{rnd}.txt")
+                             "--check", "--format", "json"], logs / f"raw-{op}-{rnd}.txt")
             for r in rows:
                 r["impl"] = "shoal-perf"
                 r["op"] = {"all_reduce": "allreduce", "all_gather": "allgather"}.get(r["op"], r["op"])
@@ -107,7 +115,7 @@ def main():
         for rnd in range(a.rounds):
             for impl in ("gloo", "shoal"):
                 rows = run([PY, str(DDP_BENCH), "--backend", impl, "--np", str(a.np),
-                            "--steps", str(a.ddp_steps)], out / "logs" / f"ddp-{impl}-{rnd}.txt")
+                            "--steps", str(a.ddp_steps)], logs / f"ddp-{impl}-{rnd}.txt")
                 for r in rows:
                     rows_all.append(r)
                     if impl not in ddp or r["step_ms"] < ddp[impl]["step_ms"]:

@@ -84,7 +84,7 @@ struct Args {
 };
 
 struct Tuning {
-  size_t segment_bytes = 512 << 10;  // pipelining unit of large transfers (docs/algorithms.md)
+  size_t segment_bytes = 512 << 10;  // pipelining unit of large transfers; the communicator sets it (SHOAL_SEGMENT_BYTES)
 };
 
 // Reusable scratch memory owned by the communicator (grows, never shrinks).

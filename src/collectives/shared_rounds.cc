@@ -19,8 +19,8 @@ namespace {
 
 // The last-level cache of this CPU as the kernel reports it ("32768K"), else
 // 0. Preferred to sysconf(_SC_LEVEL3_CACHE_SIZE): in a virtual machine glibc
-// reads CPUID, which may describe the host's whole package (320 MiB on the
-// 2-vCPU EPYC this project is measured on, whose kernel says 32 MiB).
+// reads CPUID, which may describe the host's whole package (e.g. 320 MiB on a
+// 2-vCPU guest whose kernel says 32 MiB).
 size_t kernel_l3_bytes() {
   std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
   if (!f) return 0;

@@ -1,7 +1,7 @@
 // common/copy.h — memcpy without a slow path of `rep movsb`.
 //
-// glibc copies blocks above about 2 KiB with `rep movsb`. On the AMD EPYC
-// machines this project is measured on, that instruction runs 15-40 times
+// glibc copies blocks above about 2 KiB with `rep movsb`. On some AMD EPYC
+// parts (bench/results/copy-alignment names the one measured), it runs 15-40 times
 // slower when the destination lies a few bytes (1 to ~31) after the source
 // modulo a 4 KiB page: 1-3 GB/s instead of 30-40
 // (bench/results/copy-alignment). Buffers from malloc sit 16 bytes into a

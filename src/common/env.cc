@@ -1,4 +1,5 @@
-// common/env.cc — the SHOAL_* knob table (keep it short; see docs/knobs.md).
+// common/env.cc — the SHOAL_* knob table (keep it short; docs/knobs.md is
+// rendered from it).
 #include "common/env.h"
 
 #include <cstdlib>
@@ -10,48 +11,90 @@ namespace shoal::env {
 namespace {
 
 const Knob kKnobs[] = {
-    {"SHOAL_ALGO", "", "Force algorithms per collective: 'allreduce=ring,broadcast=chain'."},
-    {"SHOAL_TIMEOUT_S", "1800", "Default timeout of every operation, in seconds."},
-    {"SHOAL_SPIN_US", "auto",
-     "Busy-poll this many microseconds before sleeping when a caller drives its own operation "
-     "(auto: 200 when the host runs no more ranks than cores, else 0)."},
-    {"SHOAL_SEGMENT_BYTES", "1048576", "Pipelining segment of large transfers, in bytes."},
-    {"SHOAL_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets, in bytes (0: kernel default)."},
-    {"SHOAL_SHM_ARENA_BYTES", "1048576",
-     "Per rank and round, the shared-memory slot of the *_shared algorithms (all ranks on one host); "
-     "0 turns them off."},
-    {"SHOAL_SHM", "1",
-     "Ranks on one host talk through shared memory: 1 (single-copy for large messages where the "
-     "kernel allows process_vm_readv), copy (always through the shared ring), 0 (TCP only)."},
-    {"SHOAL_HOST_ID", "",
-     "Overrides this rank's host identity (default: host name, boot id and network namespace): "
-     "ranks with equal identities share memory and count as one host to the algorithms."},
-    {"SHOAL_ADVERTISE_ADDR", "",
-     "Address other ranks use to reach this one (default: the address that reaches the store)."},
-    {"SHOAL_SECRET", "",
-     "The job's secret, 32 to 128 hex digits (shoalrun sets it): every connection of the job, the "
-     "store's included, proves it (docs/security.md). Unset: rank 0 makes one per communicator and "
-     "shares it through the store, which is then not authenticated."},
-    {"SHOAL_DEBUG", "WARN",
-     "What shoal prints on stderr besides warnings: INFO (once per communicator: topology, "
-     "transports, algorithm choices) or TRACE (INFO and one line per operation)."},
-    {"SHOAL_TRACE_BUFFER", "1000",
-     "The flight recorder keeps the last this-many operations per communicator, dumped on a "
-     "timeout, a lost peer, a mismatch or SIGUSR1 (0: off, no dumps, no SIGUSR1 handler)."},
-    {"SHOAL_TRACE_DIR", "/tmp", "Where flight-recorder dumps go: shoal-trace-<comm id>-rank<r>.jsonl."},
-    {"SHOAL_TIMELINE", "",
-     "Write a Chrome/Perfetto trace of every operation to this path (%r: rank, %c: communicator "
-     "name, %p: pid)."},
-    {"SHOAL_STALL_WARN", "60",
-     "Seconds (fractions allowed) a collective may wait before its rank logs which ranks have "
-     "not joined it, and again every as many seconds until it ends (0: off)."},
+    {"SHOAL_ALGO", "", nullptr,
+     "Force algorithms per collective: `allreduce=ring,broadcast=chain`. Names in "
+     "docs/algorithms.md. An unknown name is an error."},
+    {"SHOAL_TIMEOUT_S", "1800", nullptr,
+     "Default timeout of every operation, in seconds (`Options::timeout` in code)."},
+    {"SHOAL_SPIN_US", "", "auto",
+     "Busy-poll this long (µs) before sleeping, when the thread that waits for an operation runs "
+     "it itself, or drives a send or receive it waits for (the background executor never spins: it"
+     " would steal the core from the computation it overlaps). Auto: 200; when this host runs more"
+     " ranks than it has cores (`LOCAL_WORLD_SIZE`, else the world size; revised from the "
+     "topology), the spin gives the core away (`sched_yield`) between polls instead of holding it,"
+     " so the peer it waits for can run (bench/results/yield-spin). An explicit value spins "
+     "without yielding."},
+    {"SHOAL_SEGMENT_BYTES", "524288", nullptr,
+     "Pipelining segment of large transfers (bench/results/segment-sweep)."},
+    {"SHOAL_SOCKET_BUFFER", "4194304", nullptr,
+     "`SO_SNDBUF`/`SO_RCVBUF` of data sockets (0: the kernel's default and autotuning)."},
+    {"SHOAL_SHM", "1", nullptr,
+     "Ranks on the same host (same host identity at the rendezvous: host name, boot id and network"
+     " namespace) talk through shared memory. `1`: large messages (64 KiB and up) are single-copy "
+     "with `process_vm_readv` where the kernel allows it, smaller ones stream through a shared "
+     "ring; `copy`: everything through the shared ring (faster on cores nothing else uses, several"
+     " times slower when they are busy: [transports.md](transports.md)), and no single-copy reads "
+     "in the shared arena either (no `*_shared_cma` algorithms); `0`: TCP only. See "
+     "[transports.md](transports.md)."},
+    {"SHOAL_SHM_ARENA_BYTES", "1048576", nullptr,
+     "When every rank of a communicator is on one host: the size of each of the two shared-memory "
+     "slots per rank that the `*_shared` algorithms work in (an operation larger than a slot runs "
+     "in several rounds). Rounded up to 4 KiB; 4096 to 1073741824, or `0` to turn the arena off "
+     "(the message-based algorithms are used instead). `SHOAL_SHM=0` turns it off too. See "
+     "[transports.md](transports.md), \"The shared arena\"."},
+    {"SHOAL_HOST_ID", "", "(derived)",
+     "This rank's host identity. Default: host name, boot id and network namespace. Ranks with "
+     "equal identities talk through shared memory and count as one host to the topology-aware "
+     "algorithms; the tests use it to split one machine into several \"hosts\"."},
+    {"SHOAL_GROUP_CONNECTIONS", "shared", nullptr,
+     "torch backend: how `dist.new_group` makes a shoal group. `shared`: split it from the first "
+     "shoal communicator that holds its ranks, reusing its connections (collectives of the group "
+     "and of that communicator must then be issued in the same relative order on every rank; "
+     "another order fails with a `collective order mismatch` error); `own`: new connections for "
+     "the group. The group's rank 0 decides for the group. See "
+     "[torch.md](torch.md#groups-mixing-backends)."},
+    {"SHOAL_ADVERTISE_ADDR", "", "(derived)",
+     "The address other ranks use to reach this one. Default: the local address of the route to "
+     "the store's host (`MASTER_ADDR`), else 127.0.0.1."},
+    {"SHOAL_SECRET", "", "(none; `shoalrun` sets it)",
+     "The job's secret, 32 to 128 hex digits (`openssl rand -hex 32`), the same on every rank: "
+     "every connection of the job — TCP, shared memory, and the `TcpStore` — proves it both ways "
+     "before anything it sends is believed. Unset: rank 0 makes one per communicator and shares it"
+     " through the store, which is then not authenticated. See [security.md](security.md)."},
+    {"SHOAL_PYTHON", "", "python3 beside `shoalrun`, else on `PATH`",
+     "`shoalrun`: the interpreter for Python workers."},
+    {"SHOAL_SM_RESOURCE_CONFIG", "/opt/ml/input/config/resourceconfig.json", nullptr,
+     "`shoalrun`: SageMaker's resource config file, read when `SM_HOSTS` is unset."},
+    {"SHOAL_MP_CONFIG", "", nullptr,
+     "`shoal.modelparallel`: the model-parallel config as JSON (e.g. `{\"partitions\": 2, "
+     "\"microbatches\": 4}`), read by `smp.init()` when no dict is passed; before SageMaker's "
+     "`SM_HP_MP_PARAMETERS`. Keys in docs/modelparallel.md."},
+    {"SHOAL_DEBUG", "WARN", nullptr,
+     "What shoal prints on stderr besides warnings: `INFO` (once per communicator: which ranks "
+     "share a host, the transport to each peer, the settings; the algorithm chosen the first time "
+     "per collective and size class) or `TRACE` (INFO and one line per operation). See "
+     "[observability.md](observability.md)."},
+    {"SHOAL_TRACE_BUFFER", "1000", nullptr,
+     "The flight recorder keeps the last this-many operations per communicator and dumps them on a"
+     " timeout, a lost peer, a mismatch or SIGUSR1. `0`: no recorder, no dumps, no SIGUSR1 "
+     "handler."},
+    {"SHOAL_TRACE_DIR", "/tmp", nullptr,
+     "Where the flight recorder writes `shoal-trace-<communicator id>-rank<r>.jsonl`; "
+     "`shoal-trace` reads them."},
+    {"SHOAL_TIMELINE", "", nullptr,
+     "Write a Chrome/Perfetto trace (JSON) of every operation to this path when the communicator "
+     "is destroyed (flushed every half second before). `%r`: the rank (added as `-rank<r>` when "
+     "missing), `%c`: the communicator's name, `%p`: the process id."},
+    {"SHOAL_STALL_WARN", "60", nullptr,
+     "Seconds (fractions allowed) a collective may wait before its rank logs which ranks have not "
+     "joined it, and again every as many seconds until it ends. `0`: off."},
 };
 
-bool listed(const char* name) {
+const Knob& find(const char* name) {
   for (const auto& k : kKnobs) {
-    if (std::strcmp(k.name, name) == 0) return true;
+    if (std::strcmp(k.name, name) == 0) return k;
   }
-  return false;
+  throw InternalError(std::string("unlisted knob ") + name);
 }
 
 }  // namespace
@@ -61,11 +104,18 @@ const Knob* knobs(int* count) {
   return kKnobs;
 }
 
-std::optional<std::string> get(const char* name) {
-  if (!listed(name)) throw InternalError(std::string("unlisted knob ") + name);
+bool is_set(const char* name) {
+  find(name);
   const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  return std::string(v);
+  return v && *v;
+}
+
+std::optional<std::string> get(const char* name) {
+  const Knob& k = find(name);
+  const char* v = std::getenv(name);
+  if (v && *v) return std::string(v);
+  if (*k.default_value) return std::string(k.default_value);
+  return std::nullopt;
 }
 
 std::optional<int64_t> get_int(const char* name) {
@@ -77,6 +127,17 @@ std::optional<int64_t> get_int(const char* name) {
     throw InvalidArgument(std::string(name) + ": '" + *v + "' is not an integer");
   }
   return static_cast<int64_t>(x);
+}
+
+std::string markdown_table() {
+  std::string out = "| variable | default | meaning |\n|---|---|---|\n";
+  for (const auto& k : kKnobs) {
+    std::string shown = k.shown_default ? k.shown_default
+                        : *k.default_value ? std::string("`") + k.default_value + "`"
+                                           : std::string("(none)");
+    out += std::string("| `") + k.name + "` | " + shown + " | " + k.meaning + " |\n";
+  }
+  return out;
 }
 
 }  // namespace shoal::env

@@ -152,6 +152,7 @@ class CommunicatorImpl {
   std::unique_ptr<transport::shm::HostArena> arena_;       // GUARDED_BY(driver_->lock()); set by setup_arena()
   size_t arena_bytes_ = 0;                                  // SHOAL_SHM_ARENA_BYTES (0: no arena)
   bool arena_reads_ = false;                                // SHOAL_SHM=1: single-copy reads in the arena if the kernel allows
+  std::string shm_mode_ = "1";                              // SHOAL_SHM, checked once (init_common)
   bool arena_checked_ = false;                              // GUARDED_BY(driver_->lock())
   auth::Secret secret_;        // root: the job's secret (proofs of the arena's members)
   std::string published_pos_;  // root: the last "ctx seq" this rank published as blocked in

@@ -12,14 +12,13 @@
 
 namespace shoal::core {
 
-DebugLevel parse_debug_level(const std::optional<std::string>& value) {
-  if (!value) return DebugLevel::kWarn;
-  std::string v = *value;
+DebugLevel parse_debug_level(const std::string& value) {
+  std::string v = value;
   for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (v == "WARN") return DebugLevel::kWarn;
   if (v == "INFO") return DebugLevel::kInfo;
   if (v == "TRACE") return DebugLevel::kTrace;
-  throw InvalidArgument("SHOAL_DEBUG: '" + *value + "' is not one of WARN, INFO, TRACE");
+  throw InvalidArgument("SHOAL_DEBUG: '" + value + "' is not one of WARN, INFO, TRACE");
 }
 
 std::string rank_ranges(const std::vector<int>& ranks) {

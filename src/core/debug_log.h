@@ -33,7 +33,7 @@ enum class DebugLevel { kWarn, kInfo, kTrace };
 
 // Parses SHOAL_DEBUG's value (any case; unset: WARN). Throws InvalidArgument
 // naming the knob for anything else.
-DebugLevel parse_debug_level(const std::optional<std::string>& value);
+DebugLevel parse_debug_level(const std::string& value);
 
 // "0-3, 5, 7-8"
 std::string rank_ranges(const std::vector<int>& ranks);

@@ -89,22 +89,23 @@ std::string CommunicatorImpl::describe(const transport::Fingerprint& fp) const {
 }
 
 void CommunicatorImpl::init_common() {
-  std::string spec = env::get("SHOAL_ALGO").value_or("");
+  std::string spec = env::get("SHOAL_ALGO").value_or("");  // (no default)
   if (!opts_.algorithms.empty()) spec += (spec.empty() ? "" : ",") + opts_.algorithms;
   overrides_ = coll::Overrides::parse(spec);
-  tuning_.segment_bytes = opts_.segment_bytes
-                              ? opts_.segment_bytes
-                              : static_cast<size_t>(env::get_int("SHOAL_SEGMENT_BYTES")
-                                                        .value_or(static_cast<int64_t>(coll::Tuning{}.segment_bytes)));
-  if (tuning_.segment_bytes == 0) throw InvalidArgument("SHOAL_SEGMENT_BYTES: must be > 0");
-  const int64_t arena = env::get_int("SHOAL_SHM_ARENA_BYTES").value_or(int64_t{1} << 20);
+  const int64_t segment = env::get_int("SHOAL_SEGMENT_BYTES").value();
+  if (segment <= 0) throw InvalidArgument("SHOAL_SEGMENT_BYTES: must be > 0");
+  tuning_.segment_bytes = opts_.segment_bytes ? opts_.segment_bytes : static_cast<size_t>(segment);
+  const int64_t arena = env::get_int("SHOAL_SHM_ARENA_BYTES").value();
   if (arena != 0 && (arena < 4096 || arena > (int64_t{1} << 30))) {
     throw InvalidArgument("SHOAL_SHM_ARENA_BYTES: " + std::to_string(arena) +
                           " is out of range (0 to turn the arena off, else 4096 to 1073741824)");
   }
-  const std::string shm_mode = env::get("SHOAL_SHM").value_or("1");
-  if (shm_mode != "0") arena_bytes_ = static_cast<size_t>(arena);
-  arena_reads_ = shm_mode == "1";
+  shm_mode_ = env::get("SHOAL_SHM").value();
+  if (shm_mode_ != "0" && shm_mode_ != "1" && shm_mode_ != "copy") {
+    throw InvalidArgument("SHOAL_SHM: '" + shm_mode_ + "' is not one of 1, copy, 0");
+  }
+  if (shm_mode_ != "0") arena_bytes_ = static_cast<size_t>(arena);
+  arena_reads_ = shm_mode_ == "1";
 
   int spin = opts_.spin_us;
   if (spin < 0) {
@@ -128,7 +129,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   transport::tcp::TcpOptions t;
   t.rank = rank_;
   t.size = size_;
-  t.socket_buffer = static_cast<int>(env::get_int("SHOAL_SOCKET_BUFFER").value_or(4 << 20));
+  t.socket_buffer = static_cast<int>(env::get_int("SHOAL_SOCKET_BUFFER").value());
   t.connect_timeout = opts_.timeout;
   t.lookup = [this](int peer) { return lookup(peer); };
   t.on_break = [this](std::exception_ptr e) { on_break(e); };
@@ -178,18 +179,14 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
 
   // Ranks on this host (same host identity at the rendezvous) use shared memory.
   std::unique_ptr<transport::Transport> shm;
-  std::string shm_mode = env::get("SHOAL_SHM").value_or("1");
-  if (shm_mode != "0" && shm_mode != "1" && shm_mode != "copy") {
-    throw InvalidArgument("SHOAL_SHM: '" + shm_mode + "' is not one of 1, copy, 0");
-  }
   host_id_ = env::get("SHOAL_HOST_ID").value_or(net::host_identity());
-  if (shm_mode != "0" && size_ > 1) {
+  if (shm_mode_ != "0" && size_ > 1) {
     transport::shm::ShmOptions so;
     so.rank = rank_;
     so.size = size_;
     so.job = job;
     so.secret = secret;
-    so.cma_bytes = shm_mode == "copy" ? 0 : so.cma_bytes;
+    so.cma_bytes = shm_mode_ == "copy" ? 0 : so.cma_bytes;
     so.peer_name = [this](int peer) { return lookup(peer).hostname; };
     so.is_local = [this](int peer) { return hybrid_->is_local(peer); };
     so.on_break = [this](std::exception_ptr e) { on_break(e); };
@@ -212,7 +209,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
                                                          " " + net::hostname() + " " + host_id_ + " " +
                                                          proc::self_token());
   }
-  observer_ = std::make_unique<core::Observer>(observer_config(job, shm_mode));
+  observer_ = std::make_unique<core::Observer>(observer_config(job, shm_mode_));
   driver_->lock().set_wake([h = std::weak_ptr<transport::HybridTransport>(hybrid_)] {
     if (auto t = h.lock()) t->wake();
   });
@@ -260,7 +257,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Communicator> keep, Communica
            std::to_string(rank_) + ")";
   driver_->family = parent.driver_->family;
   roll_call_ = std::make_unique<core::RollCall>(store_, rank_, size_);
-  observer_ = std::make_unique<core::Observer>(observer_config(uid_, env::get("SHOAL_SHM").value_or("1")));
+  observer_ = std::make_unique<core::Observer>(observer_config(uid_, shm_mode_));
   start();
 }
 
@@ -732,10 +729,10 @@ void CommunicatorImpl::reap_p2p() {
       observer_->finished(op, nullptr);
       op.work->finish(nullptr, transport_->from_wire(op.req->source));
       it = inflight_p2p_.erase(it);
-    if (probe) roll_call_->poll(op.deadline);
       inflight_count_.store(inflight_p2p_.size());
       continue;
     }
+    if (probe) roll_call_->poll(op.deadline);
     if (now >= op.deadline) {
       // Like a collective's timeout: the transport is broken (the message may
       // be half sent) and the cause is published for the other ranks.

@@ -151,18 +151,18 @@ std::string claim_timeline_path(std::string path, const std::string& comm) {
 
 Observer::Observer(ObserverConfig cfg)
     : cfg_(std::move(cfg)),
-      log_(cfg_.rank, parse_debug_level(env::get("SHOAL_DEBUG"))),
+      log_(cfg_.rank, parse_debug_level(env::get("SHOAL_DEBUG").value())),
       recorder_(static_cast<size_t>([] {
-        int64_t n = env::get_int("SHOAL_TRACE_BUFFER").value_or(1000);
+        int64_t n = env::get_int("SHOAL_TRACE_BUFFER").value();
         if (n < 0 || n > (int64_t{1} << 24)) throw InvalidArgument("SHOAL_TRACE_BUFFER: must be in [0, 16777216]");
         return n;
       }())),
-      dump_dir_(env::get("SHOAL_TRACE_DIR").value_or("/tmp")) {
+      dump_dir_(env::get("SHOAL_TRACE_DIR").value()) {
   if (auto pattern = env::get("SHOAL_TIMELINE")) {
     std::string path = timeline_path(*pattern, cfg_.rank, cfg_.size, cfg_.comm_name, static_cast<long>(getpid()));
     timeline_ = std::make_unique<Timeline>(claim_timeline_path(path, cfg_.comm_name), cfg_.rank, cfg_.comm_name);
   }
-  auto warn = parse_stall_warn(env::get("SHOAL_STALL_WARN"));
+  auto warn = parse_stall_warn(env::get("SHOAL_STALL_WARN").value());
   if (warn.count() > 0 && cfg_.size > 1) {
     stall_ = std::make_unique<StallInspector>(cfg_.store, cfg_.rank, cfg_.size, warn);
   }

@@ -72,12 +72,11 @@ std::string stall_report(int rank, uint8_t coll, uint64_t seq, double waited_s,
   return o.str();
 }
 
-std::chrono::nanoseconds parse_stall_warn(const std::optional<std::string>& value) {
-  if (!value) return std::chrono::seconds(60);
+std::chrono::nanoseconds parse_stall_warn(const std::string& value) {
   char* end = nullptr;
-  double s = std::strtod(value->c_str(), &end);
-  if (end == value->c_str() || *end != '\0' || !(s >= 0) || s > 1e9) {
-    throw InvalidArgument("SHOAL_STALL_WARN: '" + *value + "' is not a number of seconds >= 0");
+  double s = std::strtod(value.c_str(), &end);
+  if (end == value.c_str() || *end != '\0' || !(s >= 0) || s > 1e9) {
+    throw InvalidArgument("SHOAL_STALL_WARN: '" + value + "' is not a number of seconds >= 0");
   }
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }

@@ -47,7 +47,7 @@ std::string stall_report(int rank, uint8_t coll, uint64_t seq, double waited_s,
                          const std::vector<std::optional<Progress>>& progress);
 
 // Parses SHOAL_STALL_WARN (seconds, fractions allowed; 0 turns it off).
-std::chrono::nanoseconds parse_stall_warn(const std::optional<std::string>& value);
+std::chrono::nanoseconds parse_stall_warn(const std::string& value);
 
 class StallInspector {
  public:

@@ -155,24 +155,31 @@ TEST(Faults, MismatchedAllgatherCountsNoOverflow) {
 
 // ---- timeouts, abort, destruction -------------------------------------------
 
+// A one-float allreduce under a timeout of `timeout_ms` that a peer never
+// joins: it must fail with a TimeoutError that says `says`, after lo_ms to
+// hi_ms.
+void allreduce_times_out(Communicator& c, int timeout_ms, const std::string& says, double lo_ms, double hi_ms) {
+  float x = 1;
+  OpOptions o;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  auto t0 = mono_ns();
+  auto err = capture([&] { c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, o)->wait(); });
+  double ms = (mono_ns() - t0) / 1e6;
+  SHOAL_CHECK(err != nullptr);
+  if (err) {
+    SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
+    SHOAL_CHECK_MSG(message(err).find(says) != std::string::npos, message(err));
+  }
+  SHOAL_CHECK_MSG(ms >= lo_ms && ms < hi_ms, "took " << ms << " ms under a timeout of " << timeout_ms << " ms");
+}
+
 TEST(Faults, TimeoutNamesTheMissingRank) {
   auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
     if (me == 1) {
       store->get("rank0_done");  // never joins the allreduce
       return;
     }
-    float x = 1;
-    OpOptions o;
-    o.timeout = std::chrono::milliseconds(300);
-    auto t0 = mono_ns();
-    auto err = capture([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, o)->wait(); });
-    double ms = (mono_ns() - t0) / 1e6;
-    SHOAL_CHECK(err != nullptr);
-    if (err) {
-      SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
-      SHOAL_CHECK_MSG(message(err).find("rank 1") != std::string::npos, message(err));
-      SHOAL_CHECK_MSG(ms >= 290 && ms < 5000, "took " << ms << " ms");
-    }
+    allreduce_times_out(*c, 300, "rank 1", 290, 5000);
     store->set_str("rank0_done", "1");
   });
   EXPECT_EQ(test::failures(res), "");
@@ -215,17 +222,7 @@ TEST(Faults, TimeoutKeepsItsDeadlineAndNamesTheMissingRank) {
       store->get("survivors_done");  // never joins the second allreduce
       return;
     }
-    OpOptions o;
-    o.timeout = std::chrono::milliseconds(1000);
-    auto t0 = mono_ns();
-    auto err = capture([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, o)->wait(); });
-    double ms = (mono_ns() - t0) / 1e6;
-    SHOAL_CHECK(err != nullptr);
-    if (err) {
-      SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
-      SHOAL_CHECK_MSG(message(err).find("rank 2 has not answered a roll call") != std::string::npos, message(err));
-      SHOAL_CHECK_MSG(ms >= 990 && ms < 1300, "took " << ms << " ms");
-    }
+    allreduce_times_out(*c, 1000, "rank 2 has not answered a roll call", 990, 1300);
     if (store->add("survivors", 1) == 2) store->set_str("survivors_done", "1");
   });
   EXPECT_EQ(test::failures(res), "");
@@ -249,12 +246,7 @@ TEST(Faults, ZeroTimeoutFailsAtOnceAndNegativeIsRefused) {
       store->get("rank0_done");  // never joins the allreduce
       return;
     }
-    auto t0 = mono_ns();
-    auto err = capture([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, zero)->wait(); });
-    double ms = (mono_ns() - t0) / 1e6;
-    SHOAL_CHECK(err != nullptr);
-    if (err) SHOAL_CHECK_MSG(code(err) == ErrorCode::kTimeout, message(err));
-    SHOAL_CHECK_MSG(ms < kZeroTimeoutMs, "took " << ms << " ms");
+    allreduce_times_out(*c, 0, "timed out", 0, kZeroTimeoutMs);
     store->set_str("rank0_done", "1");
   });
   EXPECT_EQ(test::failures(res), "");

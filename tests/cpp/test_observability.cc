@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "common/env.h"
 #include "core/debug_log.h"
 #include "core/flight_recorder.h"
 #include "core/stall_inspector.h"
@@ -186,7 +187,7 @@ TEST(Observability, StallReportNamesRanksThatHaveNotJoined) {
 
   EXPECT_EQ(P::decode(P{3, 2, 1, 4}.encode()), (P{3, 2, 1, 4}));
   EXPECT_FALSE(P::decode("garbage"));
-  EXPECT_EQ(core::parse_stall_warn(std::nullopt), std::chrono::seconds(60));
+  EXPECT_EQ(core::parse_stall_warn(env::get("SHOAL_STALL_WARN").value()), std::chrono::seconds(60));  // the table's default
   EXPECT_EQ(core::parse_stall_warn(std::string("0.25")), std::chrono::milliseconds(250));
   EXPECT_NE(message_of([] { core::parse_stall_warn(std::string("soon")); }).find("SHOAL_STALL_WARN"), std::string::npos);
   EXPECT_NE(message_of([] { core::parse_debug_level(std::string("LOUD")); }).find("SHOAL_DEBUG"), std::string::npos);

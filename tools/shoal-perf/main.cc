@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "collectives/registry.h"
+#include "common/env.h"
 #include "kernels/reduce.h"
 #include "perf_ops.h"
 #include "shoal/communicator.h"
@@ -125,7 +126,13 @@ int main(int argc, char** argv) {
   app.add_option("--rank", rank)->group("");  // internal: set by --np spawning
   app.add_option("--world", world)->group("");
   app.add_option("--store-port", store_port)->group("");
+  bool knobs = false;
+  app.add_flag("--knobs", knobs, "print the table of SHOAL_* knobs (docs/knobs.md's, in markdown) and exit");
   CLI11_PARSE(app, argc, argv);
+  if (knobs) {
+    std::fputs(shoal::env::markdown_table().c_str(), stdout);
+    return 0;
+  }
 
   try {
     cfg.min_bytes = parse_size("-b", minb);

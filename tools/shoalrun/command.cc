@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/env.h"
 #include "shoal/error.h"
 
 extern char** environ;
@@ -38,9 +39,9 @@ bool is_file(const std::string& p) {
 }
 
 std::string find_python(const char* argv0) {
-  if (const char* p = std::getenv("SHOAL_PYTHON"); p != nullptr && *p) {
-    const std::string found = find_executable(p);
-    if (found.empty()) throw UsageError(std::string("SHOAL_PYTHON: '") + p + "' is not an executable");
+  if (const auto p = shoal::env::get("SHOAL_PYTHON")) {
+    const std::string found = find_executable(*p);
+    if (found.empty()) throw UsageError("SHOAL_PYTHON: '" + *p + "' is not an executable");
     return found;
   }
   // The shoalrun that was invoked, before resolving symlinks: a venv's

@@ -10,11 +10,10 @@
 #include <sstream>
 
 #include "cluster.h"
+#include "common/env.h"
 
 namespace shoalrun {
 namespace {
-
-constexpr const char* kResourceConfig = "/opt/ml/input/config/resourceconfig.json";
 
 std::vector<std::string> host_list(const nlohmann::json& j, const std::string& what) {
   if (!j.is_array()) throw UsageError(what + " must be a JSON list of host names, e.g. [\"algo-1\",\"algo-2\"]");
@@ -77,8 +76,8 @@ std::optional<SourceResult> source_from_sagemaker() {
     return make_result(host_list(j, "SM_HOSTS"), *current_env, "SM_HOSTS, SM_CURRENT_HOST", "SM_CURRENT_HOST");
   }
 
-  const auto override_path = env_str("SHOAL_SM_RESOURCE_CONFIG");
-  const std::string path = override_path.value_or(kResourceConfig);
+  const bool override_path = shoal::env::is_set("SHOAL_SM_RESOURCE_CONFIG");
+  const std::string path = shoal::env::get("SHOAL_SM_RESOURCE_CONFIG").value();
   std::ifstream in(path);
   if (!in) {
     if (override_path) throw UsageError("SHOAL_SM_RESOURCE_CONFIG: cannot read '" + path + "'");

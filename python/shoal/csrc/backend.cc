@@ -31,6 +31,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/env.h"
 #include "shoal/error.h"
 #include "store_adapter.h"
 
@@ -346,9 +347,8 @@ std::mutex g_roots_mu;
 std::vector<Root> g_roots;  // GUARDED_BY(g_roots_mu)
 
 bool share_connections() {
-  const char* v = std::getenv("SHOAL_GROUP_CONNECTIONS");
-  std::string s = v ? v : "shared";
-  if (s == "shared" || s.empty()) return true;
+  const std::string s = shoal::env::get("SHOAL_GROUP_CONNECTIONS").value();
+  if (s == "shared") return true;
   if (s == "own") return false;
   throw shoal::InvalidArgument("SHOAL_GROUP_CONNECTIONS: '" + s + "' is not one of shared, own");
 }
