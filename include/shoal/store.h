@@ -55,6 +55,10 @@ struct TcpStoreOptions {
   // else none. With one, the server accepts only clients that prove it, and
   // a client only a server that proves it.
   std::string secret;
+  // How long the handshake may take: the server drops a connection that has
+  // not finished it by then (a silent stranger), and a client gives up on a
+  // server that has not answered. Tests set it short.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
 };
 
 // A store served over TCP. The server (is_server) runs an epoll thread owned by

@@ -64,8 +64,12 @@ std::string size_class(uint64_t bytes) {
   if (bytes == 0) return "[0 B]";
   int k = std::bit_width(bytes) - 1;
   uint64_t lo = uint64_t{1} << k;
-  std::string hi = k >= 63 ? std::string("...") : bytes_text(lo << 1);
-  return "[" + bytes_text(lo) + ", " + hi + ")";
+  std::string out = "[";  // appended piecewise: GCC 12 warns (-Wrestrict) on "literal" + std::string
+  out += bytes_text(lo);
+  out += ", ";
+  out += k >= 63 ? std::string("...") : bytes_text(lo << 1);
+  out += ")";
+  return out;
 }
 
 std::string describe_operation(const TraceEntry& e) {

@@ -27,7 +27,8 @@
 // server reads no request before the client's checks out. A client with a
 // secret refuses a server without one, and the reverse. The server reads
 // no more than the handshake's bytes from a connection before it is done,
-// and drops a connection that has not finished it in kHandshakeTimeout.
+// and drops a connection that has not finished it within
+// TcpStoreOptions::handshake_timeout (10 s).
 #pragma once
 
 #include <chrono>
@@ -229,7 +230,6 @@ inline constexpr uint16_t kRefused = 2;
 inline constexpr size_t kHelloBytes = 8 + auth::kNonceBytes;
 inline constexpr size_t kAnswerBytes = 8 + auth::kNonceBytes + auth::kMacBytes;
 inline constexpr size_t kProofBytes = auth::kMacBytes;
-inline constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 
 inline auth::Transcript store_transcript(const uint8_t* client_nonce, const uint8_t* server_nonce) {
   auth::Transcript t;

@@ -106,7 +106,7 @@ struct TcpStore::Impl {
     }
     // (Once connected, the handshake gets its own bound, however little of
     // the connect deadline is left: the server answers at once.)
-    handshake_locked(deadline_after(std::chrono::duration_cast<milliseconds>(store_proto::kHandshakeTimeout)));
+    handshake_locked(deadline_after(opts.handshake_timeout));
   }
 
   // The client's side of the handshake (store_protocol.h), on a fresh socket.
@@ -130,8 +130,8 @@ struct TcpStore::Impl {
         refuse("it closed the connection during the handshake");
       }
     } catch (const TimeoutError&) {
-      refuse("no answer to the handshake within " + std::to_string(store_proto::kHandshakeTimeout.count()) +
-             " s (not a shoal store?)");
+      refuse("no answer to the handshake within " + std::to_string(opts.handshake_timeout.count()) +
+             " ms (not a shoal store?)");
     } catch (const InternalError& e) {
       refuse(std::string("the handshake failed: ") + e.what());
     }
@@ -199,7 +199,8 @@ TcpStore::TcpStore(const TcpStoreOptions& opts) : impl_(std::make_unique<Impl>()
   s.port = opts.port;
   if (opts.is_server) {
     try {
-      s.server = std::make_unique<detail::StoreServer>(bind_host_for(opts.host), opts.port, s.secret);
+      s.server = std::make_unique<detail::StoreServer>(bind_host_for(opts.host), opts.port, s.secret,
+                                                      opts.handshake_timeout);
     } catch (const Error& e) {
       throw StoreError("store: cannot start the server at " + join_host_port(opts.host, opts.port) + " (" +
                        e.what() + ")");

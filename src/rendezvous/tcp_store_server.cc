@@ -56,7 +56,9 @@ bool epoll_set(int ep, int op, int fd, uint64_t tag, uint32_t events) {
 
 }  // namespace
 
-StoreServer::StoreServer(const std::string& host, uint16_t port, const auth::Secret& secret) : secret_(secret) {
+StoreServer::StoreServer(const std::string& host, uint16_t port, const auth::Secret& secret,
+                         std::chrono::milliseconds handshake_timeout)
+    : secret_(secret), handshake_timeout_(handshake_timeout) {
   listen_ = net::listen_tcp(host, port);
   net::set_nonblocking(listen_.get(), true);
   port_ = net::bound_port(listen_.get());
@@ -148,7 +150,7 @@ void StoreServer::accept_all() {
     }
     conn.fd = std::move(c);
     conn.hs = store_proto::ServerHandshake(&secret_);
-    handshakes_.emplace_back(std::chrono::steady_clock::now() + store_proto::kHandshakeTimeout, id);
+    handshakes_.emplace_back(std::chrono::steady_clock::now() + handshake_timeout_, id);
   }
 }
 
@@ -172,7 +174,7 @@ int StoreServer::expire_handshakes() {
       auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
       return static_cast<int>(std::min<int64_t>(ms, 60000));
     }
-    reject(*c, "no complete handshake within " + std::to_string(store_proto::kHandshakeTimeout.count()) + " s");
+    reject(*c, "no complete handshake within " + std::to_string(handshake_timeout_.count()) + " ms");
     handshakes_.pop_front();
     close_conn(id);
   }

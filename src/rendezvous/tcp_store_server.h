@@ -7,7 +7,8 @@
 // stalls the others. Protocol: store_protocol.h. A connection is served only
 // once its handshake is done (the job's secret proved both ways when the
 // server has one); one that fails it, or does not finish it within
-// kHandshakeTimeout, is closed and logged on stderr with its address.
+// TcpStoreOptions::handshake_timeout, is closed and logged on stderr with
+// its address.
 #pragma once
 
 #include <atomic>
@@ -32,7 +33,8 @@ class StoreServer {
   // Listens on host:port ("" = every interface; port 0 = ephemeral) and starts
   // the thread. Throws the net errors if the address cannot be bound.
   // `secret`: the job's, which every client must prove (empty: none).
-  StoreServer(const std::string& host, uint16_t port, const auth::Secret& secret);
+  StoreServer(const std::string& host, uint16_t port, const auth::Secret& secret,
+              std::chrono::milliseconds handshake_timeout);
   // Stops the thread and closes every socket; clients see their connection
   // close. Never throws.
   ~StoreServer();
@@ -84,6 +86,7 @@ class StoreServer {
   net::Fd wake_;  // eventfd: written by the destructor to stop the thread
   uint16_t port_ = 0;
   auth::Secret secret_;
+  std::chrono::milliseconds handshake_timeout_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 

@@ -1058,8 +1058,9 @@ int main(int argc, char** argv) {
     return usage(argv[0]);
   }
   signal(SIGPIPE, SIG_IGN);
-  char tmpl[] = "/tmp/shoal-fault-XXXXXX";
-  if (!mkdtemp(tmpl)) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/shoal-fault-XXXXXX";
+  if (!mkdtemp(tmpl.data())) {
     std::perror("shoal-fault: mkdtemp");
     return 1;
   }

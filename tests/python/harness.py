@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER)
                  OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", SHOAL_TIMEOUT_S="60",
                  PYTHONPATH=str(ROOT / "python") + os.pathsep + e.get("PYTHONPATH", ""))
         e.update(env or {})
-        log = open(f"/tmp/shoal-test-{os.getpid()}-{suite}-{world_size}-{r}.log", "w+")
+        log = tempfile.NamedTemporaryFile("w+", prefix=f"shoal-test-{suite}-{world_size}-{r}-", suffix=".log", delete=False)
         outs.append(log)
         procs.append(subprocess.Popen([sys.executable, str(worker), suite, *args], env=e,
                                       stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))

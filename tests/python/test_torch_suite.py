@@ -19,6 +19,7 @@ that every one of them exited cleanly or with the same skip code as rank 0
 """
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -29,7 +30,8 @@ pytest.importorskip("expecttest", reason="PyTorch's test suite needs expecttest 
 
 os.environ["BACKEND"] = "shoal"
 os.environ.setdefault("WORLD_SIZE", "2")
-os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="shoal-torch-suite-"))
+_TEMP_DIR = tempfile.mkdtemp(prefix="shoal-torch-suite-")
+os.environ.setdefault("TEMP_DIR", _TEMP_DIR)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import shoal.torch  # noqa: E402,F401  (registers the backend, in the rank processes too)
@@ -70,6 +72,10 @@ SELECTION = {
     "TestShoalBackend": [t for t in SELECTED if t not in GROUP_TESTS],
     "TestShoalBackendEightRanks": GROUP_TESTS,
 }
+
+def teardown_module():
+    shutil.rmtree(_TEMP_DIR, ignore_errors=True)
+
 
 _SKIP_CODES = {s.exit_code for s in TEST_SKIPS.values()}
 

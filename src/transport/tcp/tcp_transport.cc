@@ -27,7 +27,6 @@ constexpr int kMaxEvents = 64;
 // An accepted socket must deliver a whole, valid Hello within this long (a
 // rank writes its hello as soon as it has connected); at most
 // kMaxUnnamed + size accepted sockets may be mid-hello at once.
-constexpr auto kHelloTimeout = std::chrono::seconds(10);
 constexpr size_t kMaxUnnamed = 64;
 
 std::string errno_text(int e) { return std::string(strerror(e)); }
@@ -217,7 +216,7 @@ void TcpTransport::accept_all() {
     auto c = std::make_unique<Conn>();
     c->fd = std::move(fd);
     c->from = from;
-    c->hello_deadline = Clock::now() + kHelloTimeout;
+    c->hello_deadline = Clock::now() + opts_.hello_timeout;
     register_fd(c.get());
     unnamed_.push_back(std::move(c));
   }
@@ -619,7 +618,7 @@ int TcpTransport::handle_events(int timeout_ms) {
   if (!unnamed_.empty()) {
     auto now = Clock::now();
     for (auto& c : unnamed_) {
-      if (!c->dead && now >= c->hello_deadline) reject_stranger(*c, "no complete hello within 10 s");
+      if (!c->dead && now >= c->hello_deadline) reject_stranger(*c, "no complete hello within " + std::to_string(opts_.hello_timeout.count()) + " ms");
     }
   }
   unnamed_.erase(std::remove_if(unnamed_.begin(), unnamed_.end(), [](auto& c) { return c->dead; }),

@@ -6,7 +6,7 @@
 // secret) and may send frames right behind it; the acceptor checks the proof
 // before it reads a frame and answers with its own, which the connector
 // checks before it reads a frame (frame.h). An accepted socket that does not
-// complete a valid hello within kHelloTimeout is dropped; each rejection is
+// complete a valid hello within TcpOptions::hello_timeout is dropped; each rejection is
 // one line on stderr naming the peer's address, and the job goes on. Sockets are non-blocking and edge-triggered; the executor
 // thread drives them in wait()/poll()/poll_wait(): it spins for set_spin_us()
 // before blocking in epoll_wait (useful when ranks <= cores).
@@ -66,6 +66,9 @@ struct TcpOptions {
   // this one has no connection to), else null. Given the wait's deadline.
   std::function<std::exception_ptr(Clock::time_point deadline)> check_abort;
   int abort_poll_ms = 250;
+  // An accepted socket that has not completed a valid hello by then is
+  // dropped (a silent stranger). Tests set it short.
+  std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
   // Renders a Fingerprint for mismatch messages ("allreduce(count=4, float32, sum)").
   std::function<std::string(const Fingerprint&)> describe_fp;
 };
