@@ -50,6 +50,13 @@ inline size_t dtype_size(DataType dt) {
 std::string_view dtype_name(DataType dt);
 std::string_view reduce_op_name(ReduceOp op);
 bool is_floating(DataType dt);
+// Whether a reducing collective may apply `op` to elements of `dt`: the one
+// rule that the communicator's argument check, the torch adapter, shoal-perf
+// and the tests all use. Bitwise ops need an integer or bool dtype,
+// premul_sum a floating one, and avg is not defined for bool. When the pair
+// is refused and `why` is given, it says why, naming the argument
+// ("op: premul_sum needs a floating dtype, got int32").
+bool reduce_supported(DataType dt, ReduceOp op, std::string* why = nullptr);
 // Parses "float32", "fp32", "f32", "bf16", "int64", ...; returns false if unknown.
 bool parse_dtype(std::string_view s, DataType* out);
 // Parses "sum", "prod", "min", "max", "avg", "premul_sum", "band", "bor", "bxor".

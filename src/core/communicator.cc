@@ -31,7 +31,7 @@ class Checker {
       fail("dtype", "unknown value " + std::to_string(static_cast<int>(dt)));
     }
   }
-  void reduce_op(DataType dt, ReduceOp op, double scale) const {
+  void reduce_op(DataType dt, ReduceOp op) const {
     if (static_cast<int>(op) >= kNumReduceOps) {
       fail("op", "unknown value " + std::to_string(static_cast<int>(op)));
     }
@@ -41,10 +41,6 @@ class Checker {
       if (w.rfind("op: ", 0) == 0) w.erase(0, 4);  // the kernels' reason names the argument already
       fail("op", w);
     }
-    if (op == ReduceOp::kPremulSum && !is_floating(dt)) {
-      fail("op", "premul_sum needs a floating dtype, got " + std::string(dtype_name(dt)));
-    }
-    if (op == ReduceOp::kAvg && dt == DataType::kBool) fail("op", "avg is not defined for bool");
   }
   // `count` elements of dt, `blocks` times over, must fit in memory (a
   // negative count cast to size_t is the usual way to get past that).
@@ -174,7 +170,7 @@ WorkPtr Communicator::allreduce(const void* send, void* recv, size_t count, Data
   Checker ck(impl_->label(), Coll::kAllreduce);
   ck.dtype(dt);
   ck.count("count", count, 1, dt);
-  ck.reduce_op(dt, op, o.scale);
+  ck.reduce_op(dt, op);
   ck.buffer("send", send, count);
   ck.buffer("recv", recv, count);
   ck.no_overlap(send, count * dtype_size(dt), recv, count * dtype_size(dt));
@@ -201,7 +197,7 @@ WorkPtr Communicator::reduce(const void* send, void* recv, size_t count, DataTyp
   Checker ck(impl_->label(), Coll::kReduce);
   ck.dtype(dt);
   ck.count("count", count, 1, dt);
-  ck.reduce_op(dt, op, o.scale);
+  ck.reduce_op(dt, op);
   ck.root(root, size());
   ck.buffer("send", send, count);
   if (rank() == root) {
@@ -259,7 +255,7 @@ WorkPtr Communicator::reduce_scatter(const void* send, void* recv, size_t count,
   Checker ck(impl_->label(), Coll::kReduceScatter);
   ck.dtype(dt);
   ck.count("count", count, static_cast<size_t>(size()), dt);
-  ck.reduce_op(dt, op, o.scale);
+  ck.reduce_op(dt, op);
   ck.buffer("send", send, count * size());
   ck.buffer("recv", recv, count);
   const size_t es = dtype_size(dt);
@@ -277,7 +273,7 @@ WorkPtr Communicator::reduce_scatterv(const void* send, void* recv, std::vector<
                                       DataType dt, ReduceOp op, const OpOptions& o) {
   Checker ck(impl_->label(), Coll::kReduceScatterv);
   ck.dtype(dt);
-  ck.reduce_op(dt, op, o.scale);
+  ck.reduce_op(dt, op);
   ck.vec("recv_counts", recv_counts, size());
   ck.counts("recv_counts", recv_counts, dt);
   auto displs = displacements(ck, "displs", recv_counts, {}, size());

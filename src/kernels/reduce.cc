@@ -36,9 +36,11 @@ WhyTable build_why() {
       std::string names = "'";
       names.append(reduce_op_name(op)).append("' is not defined for ").append(dtype_name(dt));
       if (is_floating(dt) && is_bitwise(op)) {
-        why[d][o] = std::string("op: bitwise op ").append(names);
-      } else if (dt == DataType::kBool && (op == ReduceOp::kAvg || op == ReduceOp::kPremulSum)) {
-        why[d][o] = std::string("op: ").append(names);
+        why[d][o] = std::string("op: bitwise op ").append(names).append(" (it needs an integer or bool dtype)");
+      } else if (dt == DataType::kBool && op == ReduceOp::kAvg) {
+        why[d][o] = "op: avg is not defined for bool";
+      } else if (op == ReduceOp::kPremulSum && !is_floating(dt)) {
+        why[d][o] = std::string("op: premul_sum needs a floating dtype, got ").append(dtype_name(dt));
       }
     }
   }
@@ -83,9 +85,7 @@ size_t checked_bytes(DataType dt, size_t count) {
 
 bool supported(DataType dt, ReduceOp op, const char** why) {
   // The common answer without the table (a static's guard and a string).
-  if (valid_dtype(dt) && valid_op(op) && dt != DataType::kBool && !(is_bitwise(op) && is_floating(dt))) {
-    return true;
-  }
+  if (valid_dtype(dt) && valid_op(op) && is_floating(dt) && !is_bitwise(op)) return true;
   const char* reason = nullptr;
   if (!valid_dtype(dt)) {
     reason = "dtype: unknown value";
@@ -181,3 +181,14 @@ void divide(DataType dt, void* dst, const void* src, int divisor, size_t count) 
 }
 
 }  // namespace shoal::kernels
+
+namespace shoal {
+
+bool reduce_supported(DataType dt, ReduceOp op, std::string* why) {
+  const char* reason = nullptr;
+  if (kernels::supported(dt, op, &reason)) return true;
+  if (why != nullptr) *why = reason != nullptr ? reason : "op: not supported";
+  return false;
+}
+
+}  // namespace shoal

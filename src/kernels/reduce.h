@@ -54,7 +54,8 @@ void scale(DataType dt, void* dst, const void* src, double factor, size_t count)
 // 1/divisor is not (3.0f * (1.0f / 3) != 1.0f). Not defined for bool.
 void divide(DataType dt, void* dst, const void* src, int divisor, size_t count);
 
-// True if (dt, op) is a valid pair; fills `why` otherwise.
+// True if (dt, op) is a valid pair; fills `why` otherwise. The table behind
+// shoal::reduce_supported (shoal/types.h): the one dtype x op rule.
 bool supported(DataType dt, ReduceOp op, const char** why);
 
 }  // namespace shoal::kernels

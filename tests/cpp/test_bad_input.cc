@@ -75,7 +75,7 @@ std::vector<BadCall> table() {
        [](Communicator& c, Bufs& m) {
          c.allreduce(m.a.data(), m.b.data(), 4, DataType::kInt32, ReduceOp::kPremulSum);
        }},
-      {"allreduce", "op", "'avg' is not defined for bool",
+      {"allreduce", "op", "avg is not defined for bool",
        [](Communicator& c, Bufs& m) { c.allreduce(m.a.data(), m.b.data(), 4, DataType::kBool, ReduceOp::kAvg); }},
       {"allreduce", "recv", "overlaps send",
        [](Communicator& c, Bufs& m) { c.allreduce(m.a.data(), m.a.data() + 1, 4, f32, kSum); }},

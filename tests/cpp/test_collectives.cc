@@ -54,13 +54,7 @@ const DataType kAllTypes[] = {DataType::kFloat16, DataType::kBFloat16, DataType:
                               DataType::kFloat64, DataType::kInt8,     DataType::kUInt8,
                               DataType::kInt32,   DataType::kInt64,    DataType::kBool};
 
-bool valid(DataType dt, ReduceOp op) {
-  bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
-  if (bitwise) return !is_floating(dt);
-  if (op == ReduceOp::kPremulSum) return is_floating(dt);
-  if (op == ReduceOp::kAvg) return dt != DataType::kBool;
-  return true;
-}
+bool valid(DataType dt, ReduceOp op) { return reduce_supported(dt, op); }
 
 // What rank r contributes at element i, for op.
 double value(DataType dt, ReduceOp op, int r, size_t i) {

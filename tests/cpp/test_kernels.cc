@@ -46,7 +46,8 @@ bool is_bitwise(ReduceOp op) {
 
 bool expect_supported(DataType dt, ReduceOp op) {
   if (is_floating(dt) && is_bitwise(op)) return false;
-  if (dt == DataType::kBool && (op == ReduceOp::kAvg || op == ReduceOp::kPremulSum)) return false;
+  if (dt == DataType::kBool && op == ReduceOp::kAvg) return false;
+  if (op == ReduceOp::kPremulSum && !is_floating(dt)) return false;
   return true;
 }
 
@@ -614,7 +615,7 @@ TEST(Kernels, BitwiseOnFloatThrowsWithAMessage) {
     reduce(DataType::kFloat32, ReduceOp::kBand, d, a, b, 4);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "op: bitwise op 'band' is not defined for float32");
+    EXPECT_STREQ(e.what(), "op: bitwise op 'band' is not defined for float32 (it needs an integer or bool dtype)");
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }
   for (DataType dt : kFloatTypes) {

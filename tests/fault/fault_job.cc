@@ -176,13 +176,7 @@ bool reduces(Kind k) {
          k == Kind::kReduceScatterv;
 }
 
-bool valid_op(DataType dt, ReduceOp op) {
-  bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
-  if (bitwise) return !is_floating(dt);
-  if (op == ReduceOp::kPremulSum) return is_floating(dt);
-  if (op == ReduceOp::kAvg) return dt != DataType::kBool;
-  return true;
-}
+bool valid_op(DataType dt, ReduceOp op) { return reduce_supported(dt, op); }
 
 constexpr double kScale = 0.5;
 

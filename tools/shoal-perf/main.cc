@@ -167,10 +167,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shoal-perf: --redop %s: %s\n", redop.c_str(), w.c_str());
     return 2;
   }
-  if (reduces && cfg.redop == shoal::ReduceOp::kPremulSum && !shoal::is_floating(cfg.dtype)) {
-    std::fprintf(stderr, "shoal-perf: --redop premul_sum: needs a floating --dtype, got %s\n", dtype.c_str());
-    return 2;
-  }
   if (!cfg.algo.empty()) {
     shoal::coll::Coll coll;
     if (cfg.op == "sendrecv" || !shoal::coll::parse_coll(cfg.op, &coll)) {

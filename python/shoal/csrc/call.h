@@ -1,0 +1,332 @@
+// call.h — one c10d call of the shoal backend: its argument checks and its
+// staging (backend.cc says what each call does).
+//
+// Every argument is checked on the calling thread, naming it, before
+// anything is queued; tensors shoal cannot use directly (non-contiguous ones,
+// lists that must be one buffer) are staged into contiguous buffers (pack)
+// and copied back when the operation has completed (unpack, copy-back).
+// Element types: reductions need a type shoal's kernels know (float16,
+// bfloat16, float32, float64, int8, uint8, int32, int64, bool; complex as
+// pairs of reals for sum/avg/premul_sum). Data movement takes any dtype:
+// types shoal does not know travel as bytes.
+//
+// A Call lives on the calling thread for one c10d call; not thread-safe.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <c10/util/Exception.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "backend.h"
+#include "shoal/error.h"
+
+namespace shoal::torch_adapter {
+
+
+inline std::optional<DataType> native_dtype(at::ScalarType st) {
+  switch (st) {
+    case at::kHalf: return DataType::kFloat16;
+    case at::kBFloat16: return DataType::kBFloat16;
+    case at::kFloat: return DataType::kFloat32;
+    case at::kDouble: return DataType::kFloat64;
+    case at::kChar: return DataType::kInt8;
+    case at::kByte: return DataType::kUInt8;
+    case at::kInt: return DataType::kInt32;
+    case at::kLong: return DataType::kInt64;
+    case at::kBool: return DataType::kBool;
+    default: return std::nullopt;
+  }
+}
+
+// The real type a complex type is a pair of.
+inline std::optional<DataType> complex_parts(at::ScalarType st) {
+  switch (st) {
+    case at::kComplexHalf: return DataType::kFloat16;
+    case at::kComplexFloat: return DataType::kFloat32;
+    case at::kComplexDouble: return DataType::kFloat64;
+    default: return std::nullopt;
+  }
+}
+
+// "float32", "int16", ... as torch spells them in Python (torch.<name>).
+inline std::string dtype_str(at::ScalarType st) { return std::string(c10::getDtypeNames(st).first); }
+
+inline std::string join(const std::vector<int>& v) {
+  std::ostringstream o;
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
+  return o.str();
+}
+
+inline std::string idx(const char* name, size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; }
+inline std::string idx(const char* name, size_t i, size_t j) {
+  return idx(name, i) + "[" + std::to_string(j) + "]";
+}
+
+// Whether the caller waits for the result before going on: PyTorch 2.7 and
+// newer say so in the options (`async_op=False` in Python); older ones do not,
+// and the operation is queued as before.
+template <class O, class = void>
+struct HasAsyncOp : std::false_type {};
+template <class O>
+struct HasAsyncOp<O, std::void_t<decltype(std::declval<const O&>().asyncOp)>> : std::true_type {};
+template <class O>
+inline bool synchronous(const O& opts) {
+  if constexpr (HasAsyncOp<O>::value) {
+    return !opts.asyncOp;
+  } else {
+    return false;
+  }
+}
+
+
+
+// How a tensor travels: shoal element type and elements per torch element.
+struct Elem {
+  DataType dt = DataType::kUInt8;
+  size_t factor = 1;
+  size_t count(const at::Tensor& t) const { return static_cast<size_t>(t.numel()) * factor; }
+  size_t count(int64_t numel) const { return static_cast<size_t>(numel) * factor; }
+};
+
+// Builds one c10d call: checks, staging, the shoal operations, the work.
+class Call {
+ public:
+  Call(ShoalBackend& be, const char* coll, c10d::OpType type, std::chrono::milliseconds timeout,
+       bool collective = true)
+      : be_(be), coll_(coll), type_(type), collective_(collective), comm_(be.comm()),
+        oo_(be.op_options(timeout)) {
+    if (!comm_) fail("backend", "this process group's shoal backend was shut down");
+  }
+  // A collective with c10d's options: their timeout, and whether the caller
+  // waits at once (then a small collective runs in the calling thread).
+  template <class O>
+  Call(ShoalBackend& be, const char* coll, c10d::OpType type, const O& opts)
+      : Call(be, coll, type, opts.timeout) {
+    oo_.blocking = synchronous(opts);
+  }
+
+  [[noreturn]] void fail(const std::string& arg, const std::string& what) const {
+    TORCH_CHECK(false, "shoal rank ", be_.getRank(), ": ", coll_, ": ", arg, ": ", what);
+  }
+
+  int rank() const { return be_.getRank(); }
+  int size() const { return be_.getSize(); }
+  OpOptions& oo() { return oo_; }
+
+  void one(const char* arg, const std::vector<at::Tensor>& v) const {
+    if (v.size() != 1) {
+      fail(arg, "expected exactly one tensor (one per process), got " + std::to_string(v.size()));
+    }
+  }
+  void list_len(const std::string& arg, size_t got, size_t want, const char* what) const {
+    if (got != want) {
+      fail(arg, "has " + std::to_string(got) + " entries, expected " + std::to_string(want) + " (" +
+                    what + ")");
+    }
+  }
+
+  void tensor(const std::string& arg, const at::Tensor& t) const {
+    if (!t.defined()) fail(arg, "undefined tensor");
+    if (t.layout() != at::kStrided) {
+      fail(arg, "only dense (strided) tensors are supported, got layout " + c10::str(t.layout()));
+    }
+    if (!t.device().is_cpu()) {
+      fail(arg, "tensor is on " + t.device().str() + ", but the shoal backend is registered for cpu tensors");
+    }
+  }
+  // `t` must have ref's dtype (and numel, when `numel` >= 0).
+  void like(const std::string& arg, const at::Tensor& t, const std::string& ref_arg, const at::Tensor& ref,
+            int64_t numel = -1) const {
+    tensor(arg, t);
+    if (t.scalar_type() != ref.scalar_type()) {
+      fail(arg, "dtype " + dtype_str(t.scalar_type()) + " differs from " + ref_arg + "'s " +
+                    dtype_str(ref.scalar_type()) + " (all tensors of one call must share a dtype)");
+    }
+    if (numel >= 0 && t.numel() != numel) {
+      fail(arg, "has " + std::to_string(t.numel()) + " elements, expected " + std::to_string(numel));
+    }
+  }
+  // A list with one tensor per rank of the group, each of ref's dtype.
+  // Returns true when every entry also has ref's element count.
+  bool per_rank_list(const char* arg, const std::vector<at::Tensor>& list, const char* ref_arg,
+                     const at::Tensor& ref) const {
+    list_len(arg, list.size(), static_cast<size_t>(size()), "one tensor per rank of the group");
+    bool even = true;
+    for (size_t r = 0; r < list.size(); ++r) {
+      like(idx(arg, r), list[r], ref_arg, ref);
+      even = even && list[r].numel() == ref.numel();
+    }
+    return even;
+  }
+  void root(int64_t root, const char* arg = "root") const {
+    if (root < 0 || root >= size()) {
+      fail(arg, std::to_string(root) + " is out of range for a group of " + std::to_string(size()) + " ranks");
+    }
+  }
+
+  // Data movement: any dtype.
+  Elem move_elem(const at::Tensor& t) const {
+    if (auto dt = native_dtype(t.scalar_type())) return Elem{*dt, 1};
+    return Elem{DataType::kUInt8, static_cast<size_t>(t.element_size())};
+  }
+
+  // Reductions: maps the op (and its premul factor) and checks it fits the dtype.
+  ReduceOp reduce_op(const c10d::ReduceOp& op) {
+    switch (op.op_) {
+      case c10d::ReduceOp::SUM: return ReduceOp::kSum;
+      case c10d::ReduceOp::AVG: return ReduceOp::kAvg;
+      case c10d::ReduceOp::PRODUCT: return ReduceOp::kProd;
+      case c10d::ReduceOp::MIN: return ReduceOp::kMin;
+      case c10d::ReduceOp::MAX: return ReduceOp::kMax;
+      case c10d::ReduceOp::BAND: return ReduceOp::kBand;
+      case c10d::ReduceOp::BOR: return ReduceOp::kBor;
+      case c10d::ReduceOp::BXOR: return ReduceOp::kBxor;
+      case c10d::ReduceOp::PREMUL_SUM: {
+        auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+        if (!sup) fail("op", "PREMUL_SUM without its factor (make it with torch.distributed._make_nccl_premul_sum)");
+        if (sup->tensor_factor.defined()) {
+          tensor("op (premul_sum factor)", sup->tensor_factor);
+          oo_.scale = sup->tensor_factor.item<double>();
+        } else {
+          oo_.scale = sup->double_factor;
+        }
+        return ReduceOp::kPremulSum;
+      }
+      default: fail("op", "unknown reduce op " + std::to_string(static_cast<int>(op.op_)));
+    }
+  }
+  Elem reduce_elem(const std::string& arg, const at::Tensor& t, ReduceOp op) const {
+    const std::string opname(reduce_op_name(op));
+    const std::string tname = dtype_str(t.scalar_type());
+    Elem e;
+    if (auto dt = native_dtype(t.scalar_type())) {
+      e = Elem{*dt, 1};
+    } else if (auto parts = complex_parts(t.scalar_type())) {
+      if (op != ReduceOp::kSum && op != ReduceOp::kAvg && op != ReduceOp::kPremulSum) {
+        fail(arg, "op " + opname + " is not defined for complex dtype " + tname + " (only sum, avg, premul_sum)");
+      }
+      e = Elem{*parts, 2};
+    } else {
+      fail(arg, "dtype " + tname + " cannot be reduced by shoal (supported: float16, bfloat16, float32, "
+                "float64, int8, uint8, int32, int64, bool, complex)");
+    }
+    if (std::string why; !reduce_supported(e.dt, op, &why)) {
+      fail("op", (why.rfind("op: ", 0) == 0 ? why.substr(4) : why) + " (tensor dtype " + tname + ")");
+    }
+    return e;
+  }
+
+  // A tensor the call writes must not have elements that share memory (an
+  // expand()ed view): the copy back into it would fail only after the data
+  // had gone out, leaving this rank out of step with the others.
+  void writable(const std::string& arg, const at::Tensor& t) const {
+    if (at::has_internal_overlap(t) == at::MemOverlap::Yes) {
+      fail(arg, "its elements share memory (an expand()ed view or similar), so results cannot be written "
+                "to it; pass a tensor of its own (e.g. .clone())");
+    }
+  }
+
+  // Staging. in(): read-only input; inout(): read then overwritten; out():
+  // written only. Non-contiguous tensors get a contiguous copy; results are
+  // copied back at completion (after the custom finishers).
+  at::Tensor in(const at::Tensor& t) {
+    at::Tensor c = t.contiguous();
+    keep_.push_back(c);
+    return c;
+  }
+  at::Tensor inout(const at::Tensor& t, const std::string& arg) {
+    if (t.is_contiguous()) {
+      keep_.push_back(t);
+      return t;
+    }
+    writable(arg, t);
+    at::Tensor c = t.contiguous();
+    keep_.push_back(c);
+    copy_back_.emplace_back(t, c);
+    return c;
+  }
+  at::Tensor out(const at::Tensor& t, const std::string& arg) {
+    if (t.is_contiguous()) {
+      keep_.push_back(t);
+      return t;
+    }
+    writable(arg, t);
+    at::Tensor c = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+    keep_.push_back(c);
+    copy_back_.emplace_back(t, c);
+    return c;
+  }
+  at::Tensor scratch(int64_t numel, const at::Tensor& like) {
+    at::Tensor c = at::empty({numel}, like.options().memory_format(at::MemoryFormat::Contiguous));
+    keep_.push_back(c);
+    return c;
+  }
+  // Packs tensors (any strides) one after the other into a new flat buffer.
+  at::Tensor pack(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
+    int64_t total = 0;
+    for (auto& t : ts) total += t.numel();
+    at::Tensor flat = scratch(total, like);
+    int64_t off = 0;
+    for (auto& t : ts) {
+      flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
+      off += t.numel();
+    }
+    return flat;
+  }
+  // The mirror of pack(): at completion, copies `flat`'s consecutive pieces
+  // into `ts` (any strides), in order.
+  void unpack(const at::Tensor& flat, std::vector<at::Tensor> ts) {
+    on_success([flat, ts] {
+      int64_t off = 0;
+      for (auto t : ts) {
+        t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+        off += t.numel();
+      }
+    });
+  }
+  void on_success(std::function<void()> fn) { finishers_.push_back(std::move(fn)); }
+
+  // Queues the shoal operations `issue` returns and hands back the work.
+  c10::intrusive_ptr<c10d::Work> launch(std::vector<at::Tensor> outputs,
+                                        const std::function<std::vector<WorkPtr>(Communicator&)>& issue) {
+    std::vector<WorkPtr> works;
+    try {
+      works = issue(*comm_);
+    } catch (const shoal::InvalidArgument& e) {
+      TORCH_CHECK(false, e.what());
+    } catch (const shoal::Error& e) {
+      C10_THROW_ERROR(DistBackendError, e.what());
+    }
+    // Counted only once the operation is queued (a call the core refused, e.g.
+    // for overlapping buffers, counts nothing), so that ranks agree.
+    const uint64_t seq = collective_ ? ++be_.seq_ : 0;
+    auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), seq);
+    for (auto& t : keep_) work->keep(std::move(t));
+    for (auto& f : finishers_) work->on_success(std::move(f));
+    for (auto& [user, staged] : copy_back_) {
+      work->on_success([user = user, staged = staged]() mutable { user.copy_(staged); });
+    }
+    ShoalWork::start(work, std::move(works), be_.completer_->queue());
+    return work;
+  }
+
+ private:
+  ShoalBackend& be_;
+  const char* coll_;
+  c10d::OpType type_;
+  bool collective_;
+  std::shared_ptr<Communicator> comm_;
+  OpOptions oo_;
+  std::vector<at::Tensor> keep_;
+  std::vector<std::function<void()>> finishers_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
+};
+
+}  // namespace shoal::torch_adapter
