@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/shm/host_arena.h"
+#include "collectives/arena/host_arena.h"
 
 namespace {
 
@@ -55,7 +55,7 @@ std::vector<double> timed(int rounds, Step step) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using shoal::transport::shm::HostArena;
+  using shoal::coll::arena::HostArena;
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 200000;
   if (rounds < 10) {
     std::fprintf(stderr, "usage: shoal-arena-bench [rounds >= 10]\n");

@@ -21,7 +21,7 @@
 
 #include "collectives/patterns/hierarchy.h"
 #include "shoal/types.h"
-#include "transport/shm/host_arena.h"
+#include "collectives/arena/host_arena.h"
 #include "transport/transport.h"
 
 namespace shoal::coll {
@@ -101,7 +101,7 @@ class Ctx {
  public:
   Ctx(transport::Transport& t, uint64_t seq, const transport::Fingerprint& fp,
       Clock::duration timeout, Scratch& scratch, const Tuning& tuning, const Topology& topo,
-      transport::shm::HostArena* arena = nullptr)
+      coll::arena::HostArena* arena = nullptr)
       : t_(t), rank_(t.rank()), size_(t.size()), seq_(seq), fp_(fp), deadline_(timeout), scratch_(scratch),
         tuning_(tuning),
         topo_(topo), arena_(arena) {}
@@ -113,9 +113,9 @@ class Ctx {
   const Topology& topology() const { return topo_; }
   void* scratch(size_t bytes, int slot = 0) { return scratch_.get(bytes, slot); }
   // The shared segment of every rank of this communicator, when all of them
-  // are on this host and it could be set up (transport/shm/host_arena.h);
+  // are on this host and it could be set up (collectives/arena/host_arena.h);
   // else null. Every rank sees the same answer.
-  transport::shm::HostArena* arena() const { return arena_; }
+  coll::arena::HostArena* arena() const { return arena_; }
   // Starts a round of this collective in the arena.
   void begin_round() {
     arena_->begin(seq_, fp_);
@@ -157,7 +157,7 @@ class Ctx {
   Scratch& scratch_;
   const Tuning& tuning_;
   const Topology& topo_;
-  transport::shm::HostArena* arena_;
+  coll::arena::HostArena* arena_;
   std::atomic<uint64_t>* peer_bits_ = nullptr;
 
   void note_peer(int peer) {

@@ -29,7 +29,7 @@ std::string pid_of(const std::string& token);
 // mask, then gives it its mask back (it stays where it was moved until the
 // scheduler balances it). False, and nothing changed, when the mask has no
 // other CPU. For two ranks that the scheduler keeps on one CPU while others
-// are idle (transport/shm/host_arena.cc).
+// are idle (collectives/arena/host_arena.cc).
 bool move_off_cpu(int cpu);
 
 }  // namespace shoal::proc

@@ -1,5 +1,5 @@
 // core/arena_setup.cc — the shared segment of a communicator whose ranks all
-// live on one host (transport/shm/host_arena.h), set up on its first
+// live on one host (collectives/arena/host_arena.h), set up on its first
 // collective, when the topology is first read.
 //
 // Rank 0 makes it and publishes where it is; every other rank maps it and
@@ -70,7 +70,7 @@ void CommunicatorImpl::setup_arena(transport::Clock::time_point deadline) {
   if (arena_checked_) return;
   arena_checked_ = true;
   if (size_ < 2 || arena_bytes_ == 0 || topo_.nhosts() != 1) return;
-  using transport::shm::HostArena;
+  using coll::arena::HostArena;
   std::string why, verdict;
   const auth::Secret& secret = root_->secret_;
   if (rank_ == 0) {
@@ -128,7 +128,7 @@ void CommunicatorImpl::setup_arena(transport::Clock::time_point deadline) {
     observer_->info(label_ + ": no shared-memory arena (" + verdict + "); message-based algorithms only");
     return;
   }
-  transport::shm::ArenaHooks h;
+  coll::arena::ArenaHooks h;
   h.broken = [this] { return transport_->broken(); };
   h.check_abort = [this](transport::Clock::time_point deadline) { return while_blocked(deadline); };
   h.order_check = [this](int peer) { return order_check(peer); };

@@ -22,7 +22,7 @@
 #include "shoal/communicator.h"
 #include "transport/context_transport.h"
 #include "transport/hybrid_transport.h"
-#include "transport/shm/host_arena.h"
+#include "collectives/arena/host_arena.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace shoal {
@@ -149,7 +149,7 @@ class CommunicatorImpl {
     const coll::Algorithm* algo = nullptr;
   };
   Chosen chosen_[coll::kNumColls];                          // GUARDED_BY(driver_->lock()): see chosen()
-  std::unique_ptr<transport::shm::HostArena> arena_;       // GUARDED_BY(driver_->lock()); set by setup_arena()
+  std::unique_ptr<coll::arena::HostArena> arena_;       // GUARDED_BY(driver_->lock()); set by setup_arena()
   size_t arena_bytes_ = 0;                                  // SHOAL_SHM_ARENA_BYTES (0: no arena)
   bool arena_reads_ = false;                                // SHOAL_SHM=1: single-copy reads in the arena if the kernel allows
   std::string shm_mode_ = "1";                              // SHOAL_SHM, checked once (init_common)

@@ -1,5 +1,5 @@
 // test_arena.cc — the *_shared algorithms and the segment they share
-// (transport/shm/host_arena.h): results over many rounds and through the
+// (collectives/arena/host_arena.h): results over many rounds and through the
 // sleeping path, who gets them by default, and their failures: a timeout
 // and an abort inside a round, a forced algorithm without an arena, and a
 // rank killed mid-round (named by every survivor within 2 s, nothing left
@@ -23,7 +23,7 @@
 #include "errors_util.h"
 #include "common/copy.h"
 #include "common/process.h"
-#include "transport/shm/host_arena.h"
+#include "collectives/arena/host_arena.h"
 #include "cpu_util.h"
 #include "harness.h"
 #include "kill_util.h"
@@ -118,7 +118,7 @@ TEST(Arena, EveryCollectiveInManyRounds) { every_collective_in_many_rounds(3, {}
 // line after and the slots follow each other on both round parities.
 TEST(Arena, SmallRoundsAroundTheInlineSizes) {
   constexpr int n = 3;
-  static_assert(transport::shm::HostArena::kNearBytes < 20 * sizeof(float));
+  static_assert(coll::arena::HostArena::kNearBytes < 20 * sizeof(float));
   auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
     std::vector<size_t> counts;
     for (size_t k = 1; k <= 20; ++k) counts.push_back(k);

@@ -4,7 +4,7 @@
 // the root alone; a larger one slice by slice by every rank in parallel,
 // and the root copies the reduced slices out.
 #include "collectives/algorithms.h"
-#include "collectives/shared_rounds.h"
+#include "collectives/arena/shared_rounds.h"
 
 namespace shoal::coll {
 

@@ -1,5 +1,5 @@
-// transport/shm/host_arena.cc — see host_arena.h.
-#include "transport/shm/host_arena.h"
+// collectives/arena/host_arena.cc — see host_arena.h.
+#include "collectives/arena/host_arena.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -19,7 +19,7 @@
 #include "common/process.h"
 #include "shoal/error.h"
 
-namespace shoal::transport::shm {
+namespace shoal::coll::arena {
 namespace {
 
 constexpr uint32_t kArenaMagic = 0x53484152;  // "SHAR"
@@ -424,4 +424,4 @@ void HostArena::fail_wait(int peer, uint32_t target) {
   throw TimeoutError("timed out waiting for " + waiting);
 }
 
-}  // namespace shoal::transport::shm
+}  // namespace shoal::coll::arena

@@ -11,7 +11,7 @@
 // second arrival, and small enough that the slot copy has nothing in flight
 // to overlap with (docs/algorithms.md gives the range).
 #include "collectives/algorithms.h"
-#include "collectives/shared_rounds.h"
+#include "collectives/arena/shared_rounds.h"
 #include "common/copy.h"
 
 namespace shoal::coll {

@@ -11,7 +11,7 @@
 // Cost (p ranks, n bytes, c = copy per byte): small: 1 arrival + n c +
 // (p-1) n gamma; large: 2 arrivals + (2 - 1/p) n c + (p-1)/p n gamma.
 #include "collectives/algorithms.h"
-#include "collectives/shared_rounds.h"
+#include "collectives/arena/shared_rounds.h"
 
 namespace shoal::coll {
 

@@ -1,4 +1,4 @@
-// transport/shm/host_arena.h — one shared segment for all ranks of a
+// collectives/arena/host_arena.h — one shared segment for all ranks of a
 // communicator that live on one host, for collectives that work directly on
 // shared buffers (src/collectives/*_shared.cc).
 //
@@ -53,7 +53,11 @@
 
 #include "transport/transport.h"
 
-namespace shoal::transport::shm {
+namespace shoal::coll::arena {
+
+using transport::Clock;
+using transport::Fingerprint;
+using transport::LazyDeadline;
 
 struct ArenaHooks {
   // The communicator's cause when it is broken or aborted (cheap, any thread).
@@ -183,4 +187,4 @@ class HostArena {
   ArenaHooks hooks_;
 };
 
-}  // namespace shoal::transport::shm
+}  // namespace shoal::coll::arena

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "collectives/algorithms.h"
-#include "collectives/shared_rounds.h"
+#include "collectives/arena/shared_rounds.h"
 #include "common/copy.h"
 
 namespace shoal::coll {

@@ -1,5 +1,5 @@
 // collectives/shared_rounds.cc — see shared_rounds.h.
-#include "collectives/shared_rounds.h"
+#include "collectives/arena/shared_rounds.h"
 
 #include <unistd.h>
 
@@ -56,14 +56,14 @@ void copy_out(void* dst, const void* src, size_t n, bool stream) {
   }
 }
 
-transport::shm::HostArena& arena_of(Ctx& c, Coll coll, const char* algo) {
+coll::arena::HostArena& arena_of(Ctx& c, Coll coll, const char* algo) {
   if (auto* a = c.arena()) return *a;
   throw InvalidArgument(std::string(coll_name(coll)) + ": algorithm '" + algo +
                         "' needs every rank of the communicator on one host with shared "
                         "memory on (SHOAL_SHM not 0, SHOAL_SHM_ARENA_BYTES not 0)");
 }
 
-transport::shm::HostArena& reading_arena_of(Ctx& c, Coll coll) {
+coll::arena::HostArena& reading_arena_of(Ctx& c, Coll coll) {
   auto& arena = arena_of(c, coll, "shared_cma");
   if (arena.reads()) return arena;
   throw InvalidArgument(std::string(coll_name(coll)) +
@@ -125,7 +125,7 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
   }
 }
 
-size_t slot_elems(const transport::shm::HostArena& arena, size_t es, size_t parts) {
+size_t slot_elems(const coll::arena::HostArena& arena, size_t es, size_t parts) {
   const size_t n = arena.slot_bytes() / (es * parts);
   return n ? n : 1;
 }

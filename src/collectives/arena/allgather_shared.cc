@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "collectives/algorithms.h"
-#include "collectives/shared_rounds.h"
+#include "collectives/arena/shared_rounds.h"
 #include "common/copy.h"
 
 namespace shoal::coll {

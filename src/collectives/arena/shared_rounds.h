@@ -1,7 +1,7 @@
 // collectives/shared_rounds.h — what the *_shared algorithms have in common.
 //
 // These algorithms work directly on the communicator's shared segment
-// (transport/shm/host_arena.h) when every rank is on one host: each rank
+// (collectives/arena/host_arena.h) when every rank is on one host: each rank
 // copies its input into its own slot, announces it, and then reads the
 // others' slots in place, with no message in between. Large operations run
 // as several rounds of at most one slot per rank. Cost per round: one or
@@ -53,11 +53,11 @@ class RankPtrs {
 // The arena, or InvalidArgument naming the collective when there is none
 // (a forced *_shared algorithm where the ranks span hosts or shared memory
 // is off; every rank sees the same answer, so every rank fails alike).
-transport::shm::HostArena& arena_of(Ctx& c, Coll coll, const char* algo = "shared");
+coll::arena::HostArena& arena_of(Ctx& c, Coll coll, const char* algo = "shared");
 // The arena when it has single-copy reads (HostArena::reads), else
 // InvalidArgument naming the collective, as arena_of (the *_shared_cma
 // algorithms).
-transport::shm::HostArena& reading_arena_of(Ctx& c, Coll coll);
+coll::arena::HostArena& reading_arena_of(Ctx& c, Coll coll);
 
 // dst = srcs[0] (op) srcs[1] (op) ... (op) srcs[n-1], left to right, `len`
 // elements; dst may alias srcs[0] exactly. n >= 1.
@@ -72,6 +72,6 @@ void reduce_all(const Args& a, char* dst, const char* const* srcs, int n, size_t
 void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root);
 
 // Elements of `es` bytes that fit one slot `parts` times (at least 1).
-size_t slot_elems(const transport::shm::HostArena& arena, size_t es, size_t parts = 1);
+size_t slot_elems(const coll::arena::HostArena& arena, size_t es, size_t parts = 1);
 
 }  // namespace shoal::coll

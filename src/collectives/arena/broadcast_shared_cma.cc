@@ -9,7 +9,7 @@
 // + s + n c, the copies in parallel; against broadcast_shared's 1 arrival +
 // 2 n c (docs/algorithms.md gives the range where it is ahead).
 #include "collectives/algorithms.h"
-#include "collectives/shared_rounds.h"
+#include "collectives/arena/shared_rounds.h"
 
 namespace shoal::coll {
 
