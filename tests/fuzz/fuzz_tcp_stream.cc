@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.bind_host = "127.0.0.1";
   o.socket_buffer = 0;
   o.connect_timeout = std::chrono::seconds(5);
-  o.lookup = [port](int) { return tcp::PeerAddress{"127.0.0.1", port, "fuzzer", "fuzzer"}; };
+  o.lookup = [port](int) { return tcp::PeerAddress{"127.0.0.1", port, "fuzzer", "fuzzer", ""}; };
   tcp::TcpTransport t(std::move(o));
 
   // Up to four receives from the peer, described by the plan byte (at least
