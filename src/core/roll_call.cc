@@ -27,18 +27,6 @@ uint64_t RollCall::open_locked() {
   return gen;
 }
 
-void RollCall::answer() {
-  if (size_ <= 1) return;
-  try {
-    const uint64_t gen = latest();
-    std::lock_guard<std::mutex> g(mu_);
-    answer_locked(gen);
-  } catch (...) {
-    // The store is gone: whoever called the roll learns nothing from us,
-    // and the failed store is reported by the wait itself.
-  }
-}
-
 void RollCall::poll(Clock::time_point deadline) {
   if (size_ <= 1) return;
   try {
@@ -50,6 +38,8 @@ void RollCall::poll(Clock::time_point deadline) {
       opened_for_ = deadline;
     }
   } catch (...) {
+    // The store is gone: whoever called the roll learns nothing from us,
+    // and the failed store is reported by the wait itself.
   }
 }
 

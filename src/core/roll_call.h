@@ -52,9 +52,6 @@ class RollCall {
   // call that is open, and opens one for this wait once the deadline is
   // within kOpenAhead. A few store look-ups; never throws.
   void poll(Clock::time_point deadline);
-  // If a roll call newer than this rank's last answer is open, answers it.
-  // One store look-up; never throws.
-  void answer();
   // At a deadline: answers any open roll call, and returns the ranks that
   // have not answered the one this rank opened for it (poll), in order
   // (empty: all did), after giving it kAnswerTime since it was opened (which
