@@ -1,0 +1,374 @@
+// transport/shm/shm_connect.cc — the shared-memory transport's connections
+// (shm_transport.h): a channel per peer, made by the lower rank's connect
+// over a Unix socket with its ring in a memfd passed along, and the
+// handshake that proves the job's secret both ways before a byte of the
+// ring is believed.
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "shoal/error.h"
+#include "transport/shm/shm_channel.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/shm/shm_util.h"
+
+namespace shoal::transport::shm {
+namespace {
+
+// What both proofs of a channel's handshake are about (auth.h).
+auth::Transcript transcript(const Hello& h) {
+  auth::Transcript t;
+  t.link = auth::Link::kShm;
+  t.job = h.job;
+  t.from = h.rank;
+  t.to = h.to;
+  t.size = h.size;
+  std::memcpy(t.connector.data(), h.nonce, sizeof(h.nonce));
+  return t;
+}
+
+}  // namespace
+
+// ---- connections ---------------------------------------------------------
+
+Channel& ShmTransport::channel_for(int peer) {
+  if (peer < 0 || peer >= opts_.size || peer == opts_.rank) {
+    throw InvalidArgument("peer: rank " + std::to_string(peer) + " is not another rank of a " +
+                          std::to_string(opts_.size) + "-rank communicator (this is rank " +
+                          std::to_string(opts_.rank) + ")");
+  }
+  auto& slot = peers_[peer];
+  if (!slot) {
+    slot = std::make_unique<Channel>();
+    slot->peer = peer;
+  }
+  Channel& c = *slot;
+  if (c.dead) {
+    fail(opts_.on_lost ? opts_.on_lost(peer, c.dead_detail)
+                       : std::make_exception_ptr(PeerLost(
+                             "peer lost: " + describe_peer(peer) + ": " + c.dead_detail, peer)));
+  }
+  if (!c.sock && !c.ready && peer > opts_.rank) connect_to(c);
+  return c;
+}
+
+void ShmTransport::connect_to(Channel& c) {
+  auto lost = [&](const std::string& why) {
+    fail(std::make_exception_ptr(
+        PeerLost("cannot connect to " + describe_peer(c.peer) + " over shared memory: " + why, c.peer)));
+  };
+  if (opts_.peer_name && names_[c.peer].empty()) names_[c.peer] = opts_.peer_name(c.peer);
+  net::Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) lost("socket: " + errno_text(errno));
+  socklen_t len;
+  sockaddr_un a = abstract_address(socket_name(opts_.job, c.peer), &len);
+  // The peer listens before it publishes its address, so it is there; a
+  // full backlog (EAGAIN) is the only reason to try again.
+  for (int tries = 0;; ++tries) {
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), len) == 0) break;
+    if ((errno == EAGAIN || errno == EINTR) && tries < 1000) {
+      usleep(1000);
+      continue;
+    }
+    // Refused: the peer's socket is gone with its process. Through on_lost,
+    // which names the first culprit when the peer only left because another
+    // rank failed.
+    std::string why = "cannot connect over shared memory: connect(@" + socket_name(opts_.job, c.peer) +
+                      "): " + errno_text(errno);
+    if (opts_.on_lost) fail(opts_.on_lost(c.peer, why));
+    lost(why);
+  }
+  ucred cred{};
+  socklen_t cl = sizeof(cred);
+  if (getsockopt(s.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) lost("SO_PEERCRED: " + errno_text(errno));
+  if (cred.uid != getuid()) {
+    lost("@" + socket_name(opts_.job, c.peer) + " is held by another user (uid " + std::to_string(cred.uid) + ")");
+  }
+  c.peer_pid = static_cast<uint64_t>(cred.pid);
+
+  // The segment: an anonymous memory file, named for debugging only.
+  char name[64];
+  std::snprintf(name, sizeof(name), "shoal-%016" PRIx64 "-%d-%d", opts_.job, opts_.rank, c.peer);
+  net::Fd mfd(memfd_create(name, MFD_CLOEXEC));
+  if (!mfd) lost("memfd_create: " + errno_text(errno));
+  size_t bytes = segment_bytes(opts_.ring_bytes);
+  if (ftruncate(mfd.get(), static_cast<off_t>(bytes)) != 0) lost("ftruncate: " + errno_text(errno));
+  // Populated: otherwise every first pass of a ring over a page costs both
+  // sides a page fault (several microseconds on a VM, per 4 KiB of messages).
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mfd.get(), 0);
+  if (m == MAP_FAILED) lost("mmap: " + errno_text(errno));
+  c.map = m;
+  c.map_bytes = bytes;
+  Header* h = new (m) Header();
+  h->job = opts_.job;
+  h->ring_bytes = opts_.ring_bytes;
+  h->side[0].pid.store(static_cast<uint64_t>(getpid()));
+  h->side[0].seg_addr.store(reinterpret_cast<uint64_t>(m));
+  c.seg = Segment(m, opts_.ring_bytes, 0);
+
+  Hello hello;
+  hello.job = opts_.job;
+  hello.rank = static_cast<uint32_t>(opts_.rank);
+  hello.size = static_cast<uint32_t>(opts_.size);
+  hello.seg_bytes = bytes;
+  hello.to = static_cast<uint32_t>(c.peer);
+  auth::Nonce nonce = auth::fresh_nonce();
+  std::memcpy(hello.nonce, nonce.data(), nonce.size());
+  auth::Mac mac = auth::prove(opts_.secret, auth::Role::kConnector, transcript(hello));
+  std::memcpy(hello.mac, mac.data(), mac.size());
+  iovec iov{&hello, sizeof(hello)};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctl;
+  msg.msg_controllen = sizeof(ctl);
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  int fd = mfd.get();
+  std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  ssize_t n;
+  do {
+    n = ::sendmsg(s.get(), &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof(hello))) {
+    const int e = errno;
+    // The peer closed its listener between our connect and this send: it
+    // has exited, which is a lost peer like a refused connection.
+    if ((e == EPIPE || e == ECONNRESET) && opts_.on_lost) {
+      fail(opts_.on_lost(c.peer, "cannot connect over shared memory: sending the hello: " + errno_text(e)));
+    }
+    lost("sending the hello: " + errno_text(e));
+  }
+
+  net::set_nonblocking(s.get(), true);
+  c.sock = std::move(s);
+  c.ready = true;
+  c.hello = hello;
+  c.await_accept = true;  // frames of side 1 wait for its answer (read_accept)
+  c.accept_have = 0;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.ptr = &c;
+  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, c.sock.get(), &ev);
+  active_.push_back(&c);
+}
+
+void ShmTransport::accept_all() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;
+    }
+    if (unnamed_.size() >= 64 + static_cast<size_t>(opts_.size)) {
+      std::fprintf(stderr, "shoal: rank %d: rejected a shared-memory connection: %zu are mid-hello already\n",
+                   opts_.rank, unnamed_.size());
+      ::close(fd);
+      continue;
+    }
+    auto c = std::make_unique<Channel>();
+    c->sock.reset(fd);
+    c->hello_deadline = Clock::now() + std::chrono::seconds(10);
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.ptr = c.get();
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
+    Channel* raw = c.get();
+    unnamed_.push_back(std::move(c));
+    read_hello(*raw);
+  }
+}
+
+// Reads the Hello (and the segment's fd) of an accepted socket; on success
+// moves it into the peer's slot. Returns true if it was adopted.
+bool ShmTransport::read_hello(Channel& c) {
+  auto reject = [&](const std::string& why) {
+    ucred who{};
+    socklen_t wl = sizeof(who);
+    std::string from = "an unknown process";
+    if (c.sock && getsockopt(c.sock.get(), SOL_SOCKET, SO_PEERCRED, &who, &wl) == 0) {
+      from = "pid " + std::to_string(who.pid) + " (uid " + std::to_string(who.uid) + ")";
+    }
+    std::fprintf(stderr, "shoal: rank %d: rejected a shared-memory connection from %s: %s\n", opts_.rank,
+                 from.c_str(), why.c_str());
+    c.dead = true;
+    c.sock.reset();
+    return false;
+  };
+  Hello h;
+  iovec iov{&h, sizeof(h)};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = ctl;
+  msg.msg_controllen = sizeof(ctl);
+  ssize_t n = ::recvmsg(c.sock.get(), &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  net::Fd mfd;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+        if (i == 0 && !mfd) {
+          mfd.reset(fd);
+        } else {
+          ::close(fd);
+        }
+      }
+    }
+  }
+  if (n <= 0) return reject(n == 0 ? "closed before its hello" : errno_text(errno));
+  if (n != static_cast<ssize_t>(sizeof(h)) || h.magic != kHelloMagic) return reject("not a shoal hello");
+  if (h.version != kVersion) return reject("protocol version " + std::to_string(h.version));
+  if (h.job != opts_.job) return reject("it belongs to another job or communicator");
+  if (h.size != static_cast<uint32_t>(opts_.size) || h.rank >= h.size ||
+      static_cast<int>(h.rank) >= opts_.rank) {
+    return reject("bad rank " + std::to_string(h.rank) + " of " + std::to_string(h.size));
+  }
+  if (h.to != static_cast<uint32_t>(opts_.rank)) return reject("it means to reach rank " + std::to_string(h.to));
+  if (!auth::verify(opts_.secret, auth::Role::kConnector, transcript(h), h.mac)) {
+    return reject("it did not prove the job's secret (a different SHOAL_SECRET, or not a rank of this job)");
+  }
+  ucred cred{};
+  socklen_t cl = sizeof(cred);
+  if (getsockopt(c.sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != getuid()) {
+    return reject("it is not from this user");
+  }
+  if (!mfd) return reject("no segment attached");
+  struct stat st {};
+  size_t bytes = segment_bytes(opts_.ring_bytes);
+  if (fstat(mfd.get(), &st) != 0 || static_cast<size_t>(st.st_size) != bytes || h.seg_bytes != bytes) {
+    return reject("segment of the wrong size");
+  }
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mfd.get(), 0);
+  if (m == MAP_FAILED) return reject("mmap: " + errno_text(errno));
+  auto* hdr = static_cast<Header*>(m);
+  if (hdr->magic != kSegMagic || hdr->job != opts_.job || hdr->ring_bytes != opts_.ring_bytes) {
+    munmap(m, bytes);
+    return reject("bad segment header");
+  }
+  int peer = static_cast<int>(h.rank);
+  auto& slot = peers_[peer];
+  if (slot && (slot->ready || slot->dead)) {
+    munmap(m, bytes);
+    return reject("rank " + std::to_string(peer) + " is already connected");
+  }
+  // The answer goes first on the socket (before any doorbell), whole. If
+  // the peer has exited meanwhile (EPIPE), what it wrote into the rings is
+  // still its own, proved by the hello: the channel is adopted all the same,
+  // and drains before it reports the peer gone.
+  Accept answer;
+  auth::Transcript t = transcript(h);
+  t.acceptor = auth::fresh_nonce();
+  std::memcpy(answer.nonce, t.acceptor.data(), t.acceptor.size());
+  auth::Mac mac = auth::prove(opts_.secret, auth::Role::kAcceptor, t);
+  std::memcpy(answer.mac, mac.data(), mac.size());
+  ssize_t w;
+  do {
+    w = ::send(c.sock.get(), &answer, sizeof(answer), MSG_NOSIGNAL | MSG_DONTWAIT);
+  } while (w < 0 && errno == EINTR);
+  (void)w;
+  auto it = std::find_if(unnamed_.begin(), unnamed_.end(), [&](auto& p) { return p.get() == &c; });
+  std::unique_ptr<Channel> owned = std::move(*it);
+  unnamed_.erase(it);
+  if (!slot) {
+    slot = std::make_unique<Channel>();
+    slot->peer = peer;
+  }
+  Channel& ch = *slot;
+  ch.sock = std::move(owned->sock);
+  ch.map = m;
+  ch.map_bytes = bytes;
+  ch.seg = Segment(m, opts_.ring_bytes, 1);
+  ch.peer_pid = static_cast<uint64_t>(cred.pid);
+  hdr->side[1].pid.store(static_cast<uint64_t>(getpid()));
+  hdr->side[1].seg_addr.store(reinterpret_cast<uint64_t>(m), std::memory_order_release);
+  ch.ready = true;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.ptr = &ch;
+  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, ch.sock.get(), &ev);
+  active_.push_back(&ch);
+  if (opts_.peer_name && names_[peer].empty()) {
+    try {
+      names_[peer] = opts_.peer_name(peer);
+    } catch (...) {
+    }
+  }
+  progress(ch);
+  return true;
+}
+
+// Side 0: reads side 1's answer from the socket (no byte past it) and checks
+// its proof. Returns true once it has; a bad or missing answer is a
+// connection error.
+bool ShmTransport::read_accept(Channel& c) {
+  auto* buf = reinterpret_cast<uint8_t*>(&c.accept);
+  while (c.accept_have < sizeof(Accept)) {
+    ssize_t n = ::recv(c.sock.get(), buf + c.accept_have, sizeof(Accept) - c.accept_have, MSG_DONTWAIT);
+    if (n > 0) {
+      c.accept_have += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return false;
+    } else {
+      on_conn_error(c, n == 0 ? "connection closed by the peer before it answered this rank's hello (see the "
+                                "peer's log: a different SHOAL_SECRET, or not a rank of this job)"
+                              : "socket error: " + errno_text(errno));
+      return false;
+    }
+  }
+  auth::Transcript t = transcript(c.hello);
+  std::memcpy(t.acceptor.data(), c.accept.nonce, sizeof(c.accept.nonce));
+  if (c.accept.magic != kAcceptMagic || c.accept.version != kVersion ||
+      !auth::verify(opts_.secret, auth::Role::kAcceptor, t, c.accept.mac)) {
+    std::string why = "it did not prove the job's secret (a different SHOAL_SECRET, or not a rank of this job)";
+    std::fprintf(stderr, "shoal: rank %d: rejected the shared-memory answer of %s: %s\n", opts_.rank,
+                 describe_peer(c.peer).c_str(), why.c_str());
+    on_conn_error(c, "its answer to this rank's hello was refused: " + why);
+    return false;
+  }
+  c.await_accept = false;
+  return true;
+}
+
+// Tries to read the peer's memory; if the kernel allows it, the peer may
+// send this side single-copy (kRts) messages from now on.
+void ShmTransport::probe(Channel& c) {
+  if (opts_.cma_bytes == 0) {
+    c.probed = true;
+    return;
+  }
+  SideInfo& other = c.seg.hdr()->side[c.seg.other()];
+  uint64_t addr = other.seg_addr.load(std::memory_order_acquire);
+  if (addr == 0) return;  // the peer has not mapped the segment yet
+  c.probed = true;
+  uint32_t word = 0;
+  iovec local{&word, sizeof(word)};
+  iovec remote{reinterpret_cast<void*>(addr), sizeof(word)};
+  ssize_t n = process_vm_readv(static_cast<pid_t>(c.peer_pid), &local, 1, &remote, 1, 0);
+  if (n == static_cast<ssize_t>(sizeof(word)) && word == kSegMagic) {
+    c.seg.hdr()->side[c.seg.side()].can_read_peer.store(1, std::memory_order_release);
+  }
+}
+
+}  // namespace shoal::transport::shm
