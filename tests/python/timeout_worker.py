@@ -6,33 +6,21 @@ timeout; and the roll call that names a missing rank fits inside the
 operation's timeout. Ranks other than 0 stay out of the operations under test
 by waiting on a store key, and the last check breaks the group (a timeout
 breaks its communicator), so it comes last. Prints one RESULT line
-(harness.py).
+(harness.py, worker.Checks).
 """
 
 import datetime
-import json
 import os
 import sys
 import time
-import traceback
 
-import torch
 import torch.distributed as dist
 
 import shoal.torch  # noqa: F401
+from worker import Checks
 
 RANK = int(os.environ["RANK"])
 WS = int(os.environ["WORLD_SIZE"])
-passed, failed = [], {}
-
-
-def check(name, fn):
-    try:
-        fn()
-        passed.append(name)
-    except Exception as e:  # noqa: BLE001
-        failed[name] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
-        print(f"FAILED {name}: {failed[name]}", flush=True)
 
 
 def timed_failure(fn):
@@ -46,6 +34,7 @@ def timed_failure(fn):
 
 
 def main():
+    c = Checks()
     dist.init_process_group("shoal", timeout=datetime.timedelta(seconds=60))
     store = dist.distributed_c10d._get_default_store()
     pg = dist.group.WORLD
@@ -64,30 +53,29 @@ def main():
             assert 0.95 <= s < 3.0, f"took {s:.2f} s: {msg}"
             assert "within 1000 ms" in msg, msg
 
-        check("monitored_barrier(timeout=0) fails at once", zero_is_zero)
-        check("monitored_barrier() without a timeout uses the group's", unset_is_the_groups)
+        c.run("monitored_barrier(timeout=0) fails at once", zero_is_zero)
+        c.run("monitored_barrier() without a timeout uses the group's", unset_is_the_groups)
         store.set("monitored_done", "1")
     else:
         store.wait(["monitored_done"])
-        passed.append("stayed out of rank 0's monitored barriers")
+        c.passed.append("stayed out of rank 0's monitored barriers")
     dist.barrier()
 
     # A barrier on the 1 s group that rank WS-1 never joins: every other rank
     # fails after 1 s (plus scheduling noise), naming it.
     if RANK == WS - 1:
         store.wait(["barrier_done"])
-        passed.append("stayed out of the barrier")
+        c.passed.append("stayed out of the barrier")
     else:
         def barrier_keeps_its_timeout():
             s, msg = timed_failure(lambda: dist.barrier(group=one_second))
             assert 0.95 <= s < 1.35, f"took {s:.2f} s: {msg}"
             assert f"rank {WS - 1} has not answered a roll call" in msg, msg
 
-        check("a 1 s barrier fails within 1 s naming the missing rank", barrier_keeps_its_timeout)
+        c.run("a 1 s barrier fails within 1 s naming the missing rank", barrier_keeps_its_timeout)
         if store.add("barrier_checked", 1) == WS - 1:
             store.set("barrier_done", "1")
-    print("RESULT " + json.dumps({"rank": RANK, "passed": passed, "failed": failed}), flush=True)
-    return 1 if failed else 0
+    return c.report()
 
 
 if __name__ == "__main__":
