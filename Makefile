@@ -64,7 +64,7 @@ test: test-cpp test-launcher test-python test-netbed test-asan test-fuzz
 # docs/security.md has the results of longer runs.
 FUZZ_BUILD   ?= $(SAN_BUILD)
 FUZZ_SECONDS ?= 30
-FUZZERS      := fuzz_tcp_handshake fuzz_tcp_stream fuzz_store_server
+FUZZERS      := fuzz_handshake fuzz_tcp_stream fuzz_store_server
 
 test-fuzz: setup $(FUZZ_BUILD)/build.ninja
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZERS)

@@ -132,13 +132,13 @@ class Work {
   uint64_t seq_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;                          // GUARDED_BY(mu_)
+  bool done_ = false;                          // under mu_
   // done_, readable without the lock: once true, error_ and source_ no
   // longer change (set after them, with release order).
   std::atomic<bool> finished_{false};
-  std::exception_ptr error_;                   // GUARDED_BY(mu_)
-  int source_ = -1;                            // GUARDED_BY(mu_)
-  std::vector<std::function<void()>> hooks_;   // GUARDED_BY(mu_)
+  std::exception_ptr error_;                   // under mu_
+  int source_ = -1;                            // under mu_
+  std::vector<std::function<void()>> hooks_;   // under mu_
   std::function<bool(const Work&)> help_;      // set before the Work is shared
 };
 
@@ -179,6 +179,19 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // parent alive.
   std::shared_ptr<Communicator> split(const std::vector<int>& ranks, std::shared_ptr<Store> store,
                                       Options opts = {});
+
+  // The communicator of a group of the job's processes, as frameworks make
+  // one per process group: `job_ranks` are the group's members as the job
+  // numbers them (this process is job_ranks[rank]; empty: 0..size-1), and
+  // `store` is the group's own. The group is split (above) from the first
+  // live communicator this process made here that holds all its members, so
+  // that it shares that one's connections; else it is created afresh and
+  // later groups may be split from it. The group's rank 0 decides, and tells
+  // the others through `store`: it makes a fresh one when the candidate is
+  // broken or SHOAL_GROUP_CONNECTIONS=own. Every process must make its
+  // groups in the same order (as torch.distributed.new_group requires).
+  static std::shared_ptr<Communicator> create_or_split(std::shared_ptr<Store> store, int rank, int size,
+                                                       std::vector<int64_t> job_ranks, Options opts = {});
 
   // Stops the executor. Operations still queued or running fail with Aborted.
   // Does not wait for peers.

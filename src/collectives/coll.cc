@@ -41,6 +41,7 @@ void Ctx::isend(Request& r, int peer, uint32_t step, const void* buf, size_t byt
   r.buf = const_cast<void*>(buf);
   r.len = bytes;
   note_peer(peer);
+  view_.stamp(r);
   t_.post_send(&r);
 }
 
@@ -52,6 +53,7 @@ void Ctx::irecv(Request& r, int peer, uint32_t step, void* buf, size_t bytes) {
   r.buf = buf;
   r.len = bytes;
   note_peer(peer);
+  view_.stamp(r);
   t_.post_recv(&r);
 }
 

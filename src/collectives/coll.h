@@ -23,6 +23,7 @@
 #include "shoal/types.h"
 #include "collectives/arena/host_arena.h"
 #include "transport/transport.h"
+#include "transport/view.h"
 
 namespace shoal::coll {
 
@@ -47,6 +48,15 @@ enum class Coll : uint8_t {
 };
 inline constexpr int kNumColls = 15;  // index space incl. 0
 std::string_view coll_name(Coll c);
+// Whether `c` reduces (takes a ReduceOp): allreduce, reduce, reduce_scatter(v).
+constexpr bool is_reducing(Coll c) {
+  return c == Coll::kAllreduce || c == Coll::kReduce || c == Coll::kReduceScatter || c == Coll::kReduceScatterv;
+}
+// Whether `c` has a root: broadcast, reduce, gather, scatter.
+constexpr bool is_rooted(Coll c) {
+  return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
+}
+constexpr bool is_p2p(Coll c) { return c == Coll::kSend || c == Coll::kRecv; }
 bool parse_coll(std::string_view s, Coll* out);
 
 // Arguments of one collective, in elements of `dt`.
@@ -99,12 +109,13 @@ class Scratch {
 // One running collective. Created by the core, used on the executor thread.
 class Ctx {
  public:
-  Ctx(transport::Transport& t, uint64_t seq, const transport::Fingerprint& fp,
+  // The collective `seq` of the communicator whose ranks and context on the
+  // transport `t` are `view`.
+  Ctx(transport::Transport& t, const transport::View& view, uint64_t seq, const transport::Fingerprint& fp,
       Clock::duration timeout, Scratch& scratch, const Tuning& tuning, const Topology& topo,
       coll::arena::HostArena* arena = nullptr)
-      : t_(t), rank_(t.rank()), size_(t.size()), seq_(seq), fp_(fp), deadline_(timeout), scratch_(scratch),
-        tuning_(tuning),
-        topo_(topo), arena_(arena) {}
+      : t_(t), view_(view), rank_(view.rank()), size_(view.size()), seq_(seq), fp_(fp), deadline_(timeout),
+        scratch_(scratch), tuning_(tuning), topo_(topo), arena_(arena) {}
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -150,7 +161,8 @@ class Ctx {
 
  private:
   transport::Transport& t_;
-  const int rank_, size_;  // t_'s, read once (virtual calls)
+  const transport::View& view_;
+  const int rank_, size_;  // the view's
   uint64_t seq_;
   transport::Fingerprint fp_;
   transport::LazyDeadline deadline_;

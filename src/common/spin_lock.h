@@ -12,11 +12,13 @@
 
 #include <atomic>
 
+#include "common/thread_annotations.h"
+
 namespace shoal {
 
-class SpinLock {
+class CAPABILITY("spin lock") SpinLock {
  public:
-  void lock() {
+  void lock() ACQUIRE() {
     for (unsigned i = 0; held_.exchange(true, std::memory_order_acquire); ++i) {
       while (held_.load(std::memory_order_relaxed)) {
         if (i < 64) {
@@ -30,10 +32,22 @@ class SpinLock {
       }
     }
   }
-  void unlock() { held_.store(false, std::memory_order_release); }
+  void unlock() RELEASE() { held_.store(false, std::memory_order_release); }
 
  private:
   std::atomic<bool> held_{false};
+};
+
+// Holds a SpinLock for its scope.
+class SCOPED_CAPABILITY SpinLockGuard {
+ public:
+  explicit SpinLockGuard(SpinLock& l) ACQUIRE(l) : l_(l) { l_.lock(); }
+  ~SpinLockGuard() RELEASE() { l_.unlock(); }
+  SpinLockGuard(const SpinLockGuard&) = delete;
+  SpinLockGuard& operator=(const SpinLockGuard&) = delete;
+
+ private:
+  SpinLock& l_;
 };
 
 }  // namespace shoal

@@ -16,14 +16,16 @@
 #include <functional>
 #include <mutex>
 
+#include "common/thread_annotations.h"
+
 namespace shoal::core {
 
-class DriveLock {
+class CAPABILITY("drive lock") DriveLock {
  public:
   DriveLock() = default;
   void set_wake(std::function<void()> wake) { wake_ = std::move(wake); }
 
-  void lock() {
+  void lock() ACQUIRE() {
     const uint64_t ticket = next_.fetch_add(1);
     if (serving_.load() == ticket) return;
     if (wake_) wake_();
@@ -33,11 +35,11 @@ class DriveLock {
     waiters_.fetch_sub(1);
   }
   // Succeeds only when nobody holds the lock or waits for it.
-  bool try_lock() {
+  bool try_lock() TRY_ACQUIRE(true) {
     uint64_t s = serving_.load();
     return next_.compare_exchange_strong(s, s + 1);
   }
-  void unlock() {
+  void unlock() RELEASE() {
     serving_.fetch_add(1);
     if (waiters_.load() > 0) {
       std::lock_guard<std::mutex> g(m_);  // a waiter is either before its test or asleep
@@ -54,6 +56,27 @@ class DriveLock {
   std::mutex m_;
   std::condition_variable cv_;
   std::function<void()> wake_;  // set before the lock is shared
+};
+
+// Holds a DriveLock for its scope (or until unlock()); adopts one already
+// taken with try_lock().
+class SCOPED_CAPABILITY DriveGuard {
+ public:
+  explicit DriveGuard(DriveLock& l) ACQUIRE(l) : l_(l) { l_.lock(); }
+  DriveGuard(DriveLock& l, std::adopt_lock_t) REQUIRES(l) : l_(l) {}
+  ~DriveGuard() RELEASE() {
+    if (held_) l_.unlock();
+  }
+  void unlock() RELEASE() {
+    l_.unlock();
+    held_ = false;
+  }
+  DriveGuard(const DriveGuard&) = delete;
+  DriveGuard& operator=(const DriveGuard&) = delete;
+
+ private:
+  DriveLock& l_;
+  bool held_ = true;
 };
 
 }  // namespace shoal::core

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "core/drive_lock.h"
 
 namespace shoal::core {
@@ -53,7 +54,7 @@ class Family {
   // The member with context id `ctx`, if this rank has one: the seq of its
   // last started collective (else false).
   bool started_in(uint32_t ctx, uint64_t* seq) {
-    std::lock_guard<std::mutex> g(m_);
+    MutexLock g(m_);
     for (const Member* o : members_) {
       if (o->ctx == ctx) {
         *seq = o->started.load();
@@ -67,13 +68,13 @@ class Family {
   DriveLock drive;
 
   void join(Member* m) {
-    std::lock_guard<std::mutex> g(m_);
+    MutexLock g(m_);
     members_.push_back(m);
     count_.store(static_cast<int>(members_.size()));
   }
   void leave(Member* m) {
     {
-      std::lock_guard<std::mutex> g(m_);
+      MutexLock g(m_);
       members_.erase(std::remove(members_.begin(), members_.end(), m), members_.end());
       count_.store(static_cast<int>(members_.size()));
     }
@@ -92,25 +93,25 @@ class Family {
   }
   void stop(Member* m) {
     m->stopping.store(true);
-    std::lock_guard<std::mutex> g(m_);
+    MutexLock g(m_);
     cv_.notify_all();
   }
   // Whether m's front operation may run now: no other member has an earlier one.
   bool my_turn(const Member* m) {
     if (count_.load() <= 1) return true;  // a member that joins later has only later tickets
-    std::lock_guard<std::mutex> g(m_);
+    MutexLock g(m_);
     return turn_locked(m);
   }
   // Waits until m's front operation may run, or m stops.
   void wait_turn(const Member* m) {
-    std::unique_lock<std::mutex> g(m_);
+    MutexLock g(m_);
     waiters_.fetch_add(1);  // before the test: advance() sees it, or we see its store
-    cv_.wait(g, [&] { return m->stopping.load() || turn_locked(m); });
+    while (!m->stopping.load() && !turn_locked(m)) g.wait(cv_);
     waiters_.fetch_sub(1);
   }
 
  private:
-  bool turn_locked(const Member* m) const {
+  bool turn_locked(const Member* m) const REQUIRES(m_) {
     const uint64_t mine = m->front.load();
     for (const Member* o : members_) {
       if (o != m && o->front.load() < mine) return false;
@@ -119,7 +120,7 @@ class Family {
   }
   void notify_waiters() {
     if (waiters_.load() == 0) return;
-    std::lock_guard<std::mutex> g(m_);
+    MutexLock g(m_);
     cv_.notify_all();
   }
 
@@ -128,9 +129,9 @@ class Family {
   std::atomic<uint64_t> cur_seq_{0};
   std::atomic<int> count_{0};
   std::atomic<int> waiters_{0};
-  std::mutex m_;
+  Mutex m_;
   std::condition_variable cv_;
-  std::vector<Member*> members_;  // GUARDED_BY(m_)
+  std::vector<Member*> members_ GUARDED_BY(m_);
 };
 
 }  // namespace shoal::core

@@ -20,7 +20,7 @@ const char* op_state_name(OpState s) {
   return "unknown";
 }
 
-FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {}
+FlightRecorder::FlightRecorder(size_t capacity) : capacity_(capacity), ring_(capacity) {}
 
 TraceEntry* FlightRecorder::find(uint64_t id) {
   if (ring_.empty() || id == 0) return nullptr;
@@ -29,7 +29,7 @@ TraceEntry* FlightRecorder::find(uint64_t id) {
 }
 
 uint64_t FlightRecorder::enqueued(const TraceEntry& e) {
-  std::lock_guard<SpinLock> g(mu_);
+  SpinLockGuard g(mu_);
   if (ring_.empty()) return 0;
   uint64_t id = next_id_++;
   TraceEntry& slot = ring_[id % ring_.size()];
@@ -55,7 +55,7 @@ uint64_t FlightRecorder::enqueued(const TraceEntry& e) {
 }
 
 void FlightRecorder::started(uint64_t id, int64_t now_us, std::string_view algo) {
-  std::lock_guard<SpinLock> g(mu_);
+  SpinLockGuard g(mu_);
   if (TraceEntry* e = find(id)) {
     e->state = OpState::kRunning;
     e->started_us = now_us;
@@ -69,7 +69,7 @@ void FlightRecorder::ended(const TraceEntry& e) {
 
 void FlightRecorder::ended(uint64_t id, OpState state, int64_t started_us, int64_t ended_us, std::string_view algo,
                            std::string_view error, const std::vector<int>& peers) {
-  std::lock_guard<SpinLock> g(mu_);
+  SpinLockGuard g(mu_);
   TraceEntry* slot = find(id);
   if (!slot) return;
   slot->state = state;
@@ -81,7 +81,7 @@ void FlightRecorder::ended(uint64_t id, OpState state, int64_t started_us, int64
 }
 
 std::vector<TraceEntry> FlightRecorder::snapshot() const {
-  std::lock_guard<SpinLock> g(mu_);
+  SpinLockGuard g(mu_);
   std::vector<TraceEntry> out;
   if (ring_.empty()) return out;
   const uint64_t n = ring_.size();

@@ -49,7 +49,7 @@ class FlightRecorder {
   // capacity 0: everything is a no-op and snapshot() is empty.
   explicit FlightRecorder(size_t capacity);
 
-  size_t capacity() const { return ring_.size(); }
+  size_t capacity() const { return capacity_; }
 
   // Records a queued operation (its id and state are set here); returns the id.
   uint64_t enqueued(const TraceEntry& e);
@@ -59,7 +59,7 @@ class FlightRecorder {
   // (cleared here). Returns the id.
   template <class Fill>
   uint64_t add_running(Fill&& fill) {
-    std::lock_guard<SpinLock> g(mu_);
+    SpinLockGuard g(mu_);
     if (ring_.empty()) return 0;
     const uint64_t id = next_id_++;
     TraceEntry& slot = ring_[id % ring_.size()];
@@ -84,11 +84,12 @@ class FlightRecorder {
   std::vector<TraceEntry> snapshot() const;
 
  private:
-  TraceEntry* find(uint64_t id);  // REQUIRES(mu_)
+  TraceEntry* find(uint64_t id) REQUIRES(mu_);
 
   mutable SpinLock mu_;
-  std::vector<TraceEntry> ring_;  // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;          // GUARDED_BY(mu_)
+  const size_t capacity_;
+  std::vector<TraceEntry> ring_ GUARDED_BY(mu_);  // capacity_ entries
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
 };
 
 // One JSON object (a line of a dump) per entry, and the names used in it.

@@ -1,64 +1,101 @@
-// core/liveness.cc — how a communicator learns that the job has failed
-// and names why: peers' addresses and processes (lookup, peer_gone), a lost
-// connection turned into the job-wide cause (on_lost, on_break), the cause
-// another rank published (abort_record), the roll call at a timeout
-// (timed_out, while_blocked; roll_call.h), and operations issued in
-// different orders across a family (order_check).
+// core/liveness.cc — the communicator's JobLiveness (liveness.h): peers'
+// addresses and processes, a lost connection turned into the job-wide
+// cause, the cause another rank published, the roll call at a timeout, and
+// operations issued in different orders across a family.
+#include "core/liveness.h"
+
 #include <sstream>
 
+#include "collectives/registry.h"
 #include "common/process.h"
 #include "core/communicator_impl.h"
 #include "core/errors.h"
 
-namespace shoal {
+namespace shoal::core {
 
-transport::tcp::PeerAddress CommunicatorImpl::lookup(int peer) {
-  if (root_ != this) return root_->lookup(transport_->to_wire(peer));
-  std::string v = store_->get_str("addr/" + std::to_string(peer));
-  std::istringstream in(v);
-  transport::tcp::PeerAddress a;
+using transport::Clock;
+
+std::string describe_fingerprint(const transport::Fingerprint& fp) {
+  using coll::Coll;
+  const Coll c = static_cast<Coll>(fp.coll);
+  std::ostringstream o;
+  o << coll::coll_name(c) << "(count=" << fp.count << ", " << dtype_name(static_cast<DataType>(fp.dtype));
+  if (coll::is_reducing(c)) o << ", " << reduce_op_name(static_cast<ReduceOp>(fp.op));
+  if (coll::is_rooted(c)) {
+    o << ", root=" << fp.root;
+  }
+  if (const coll::Algorithm* algo = coll::algorithm_by_id(fp.algo)) o << ", algorithm " << algo->name;
+  o << ")";
+  return o.str();
+}
+
+JobLiveness::JobLiveness(CommunicatorImpl& c) : c_(c), roll_call_(c.store_, c.rank_, c.size_) {}
+
+bool JobLiveness::is_root() const { return c_.root_ == &c_; }
+JobLiveness& JobLiveness::root() const { return *c_.root_->live_; }
+int JobLiveness::to_wire(int peer) const { return c_.view_.to_wire(peer); }
+
+transport::PeerAddress JobLiveness::address(int peer) {
+  if (!is_root()) return root().address(to_wire(peer));
+  std::istringstream in(c_.store_->get_str("addr/" + std::to_string(peer)));
+  transport::PeerAddress a;
   in >> a.host >> a.port >> a.hostname >> a.host_id >> a.process;
   return a;
 }
 
+bool JobLiveness::is_local(int peer) {
+  if (!is_root()) return root().is_local(to_wire(peer));
+  {
+    MutexLock g(mu_);
+    if (hosts_.empty()) hosts_.resize(static_cast<size_t>(c_.size_));
+    if (!hosts_[static_cast<size_t>(peer)].empty()) return hosts_[static_cast<size_t>(peer)] == c_.host_.id;
+  }
+  const std::string host = peer == c_.rank_ ? c_.host_.id : address(peer).host_id;
+  MutexLock g(mu_);
+  hosts_[static_cast<size_t>(peer)] = host;
+  return host == c_.host_.id;
+}
+
 // A peer whose process on this machine has exited, though no socket of ours
 // to it said so (it died before connecting to this rank): lost.
-std::exception_ptr CommunicatorImpl::peer_gone(int peer) {
+std::exception_ptr JobLiveness::peer_gone(int peer) {
+  if (!is_root()) return root().peer_gone(to_wire(peer));
   std::string token;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    if (processes_.empty()) processes_.resize(static_cast<size_t>(size_));
+    MutexLock g(mu_);
+    if (processes_.empty()) processes_.resize(static_cast<size_t>(c_.size_));
     token = processes_[static_cast<size_t>(peer)];
   }
   if (token.empty()) {
     try {
-      token = lookup(peer).process;
+      token = address(peer).process;
     } catch (const Error&) {
       return nullptr;  // the store is gone: check_abort's business
     }
     if (token.empty()) token.assign(1, '-');  // not probeable; do not ask again ("= "-"" draws GCC 12's -Wrestrict)
-    std::lock_guard<std::mutex> g(mu_);
+    MutexLock g(mu_);
     processes_[static_cast<size_t>(peer)] = token;
   }
   if (proc::probe(token == "-" ? "" : token) != proc::Liveness::kGone) return nullptr;
-  return on_lost(peer, "its process (pid " + proc::pid_of(token) + " on this machine) has exited");
+  return lost(peer, c_.hybrid_->describe_peer(peer),
+              "its process (pid " + proc::pid_of(token) + " on this machine) has exited");
 }
 
 // A wait reached its deadline: call the roll, so that the error names the
 // ranks the job waits for (roll_call.h), not just the peer this rank waited
 // for, which may itself be waiting for them.
-std::exception_ptr CommunicatorImpl::timed_out(const std::string& waiting) {
+std::exception_ptr JobLiveness::timed_out(const std::string& waiting) {
   // A group's waits are the shared transport's: the root's ranks answer its roll.
-  if (root_ != this) return root_->timed_out(waiting);
+  if (!is_root()) return root().timed_out(waiting);
   // A rank that failed first has said why; ranks that left after it would
   // not answer the roll either.
   if (auto first = abort_record()) return first;
-  auto silent = roll_call_->silent();
+  auto silent = roll_call_.silent();
   std::string msg = "timed out waiting for " + waiting;  // also when no roll call was made
   if (silent && !silent->empty()) {
     msg = "timed out: " + core::describe_silent(*silent) +
           " a roll call before the deadline (stopped, hung, or busy outside this communicator); rank " +
-          std::to_string(rank_) + " was waiting for " + waiting;
+          std::to_string(c_.rank_) + " was waiting for " + waiting;
   } else if (silent) {
     msg += "; every rank answered a roll call, so all are alive and waiting in shoal (operations that "
            "do not match across ranks?)";
@@ -66,32 +103,32 @@ std::exception_ptr CommunicatorImpl::timed_out(const std::string& waiting) {
   return std::make_exception_ptr(TimeoutError(msg));
 }
 
-// Another rank's published cause (see on_break), or null.
-std::exception_ptr CommunicatorImpl::abort_record() {
-  if (root_ != this) return root_->abort_record();
+// Another rank's published cause (see broke()), or null.
+std::exception_ptr JobLiveness::abort_record() {
+  if (!is_root()) return root().abort_record();
   try {
-    if (store_->check({"abort"})) {
-      auto rec = core::AbortRecord::decode(store_->get_str("abort"));
-      if (rec && rec->detector != rank_) return rec->to_error();
+    if (c_.store_->check({"abort"})) {
+      auto rec = core::AbortRecord::decode(c_.store_->get_str("abort"));
+      if (rec && rec->detector != c_.rank_) return rec->to_error();
     }
   } catch (...) {
   }
   return nullptr;
 }
 
-// Called every abort poll while this rank is blocked in shoal (the root's
-// communicator): answers a roll call, publishes which operation of the
-// family it is blocked in (for order_check on its peers), and returns
-// another rank's published cause, if any.
-std::exception_ptr CommunicatorImpl::while_blocked(transport::Clock::time_point deadline) {
-  if (root_ != this) return root_->while_blocked(deadline);
-  roll_call_->poll(deadline);  // blocked in shoal: answer a roll call, or call one near the deadline
-  auto& fam = *driver_->family;
+// Called every abort poll while this rank is blocked in shoal: answers a
+// roll call, publishes which operation of the family it is blocked in (for
+// order_check on its peers), and returns another rank's published cause,
+// if any.
+std::exception_ptr JobLiveness::check_abort(Clock::time_point deadline) {
+  if (!is_root()) return root().check_abort(deadline);
+  roll_call_.poll(deadline);  // blocked in shoal: answer a roll call, or call one near the deadline
+  auto& fam = c_.sched_.family();
   if (fam.size() > 1) {
     const std::string pos = std::to_string(fam.current_ctx()) + " " + std::to_string(fam.current_seq());
     if (pos != published_pos_) {
       try {
-        store_->set_str("pos/" + std::to_string(rank_), pos);
+        c_.store_->set_str("pos/" + std::to_string(c_.rank_), pos);
         published_pos_ = pos;
       } catch (const Error&) {
       }
@@ -99,6 +136,8 @@ std::exception_ptr CommunicatorImpl::while_blocked(transport::Clock::time_point 
   }
   return abort_record();
 }
+
+std::exception_ptr JobLiveness::broken() { return c_.hybrid_->broken(); }
 
 namespace {
 std::string position(uint64_t ctx, uint64_t seq) {
@@ -110,61 +149,61 @@ std::string position(uint64_t ctx, uint64_t seq) {
 // started (an arrival in the shared arena). If `peer` is blocked in an
 // operation of another communicator of the family that this rank has not
 // started, the two ranks issued them in different orders: neither can go on.
-std::exception_ptr CommunicatorImpl::order_check(int peer) {
-  auto& fam = *driver_->family;
+std::exception_ptr JobLiveness::order_check(int peer) {
+  auto& fam = c_.sched_.family();
   if (fam.size() <= 1) return nullptr;
-  const int wire = transport_->to_wire(peer);
+  const int wire = to_wire(peer);
+  Store& store = *c_.root_->store_;
   uint64_t ctx = 0, seq = 0, mine = 0;
   try {
     const std::string key = "pos/" + std::to_string(wire);
-    if (!root_->store_->check({key})) return nullptr;
-    std::istringstream in(root_->store_->get_str(key));
+    if (!store.check({key})) return nullptr;
+    std::istringstream in(store.get_str(key));
     if (!(in >> ctx >> seq)) return nullptr;
   } catch (const Error&) {
     return nullptr;
   }
-  if (ctx == member_.ctx || !fam.started_in(static_cast<uint32_t>(ctx), &mine) || mine >= seq) return nullptr;
+  const uint32_t own = c_.view_.ctx();
+  if (ctx == own || !fam.started_in(static_cast<uint32_t>(ctx), &mine) || mine >= seq) return nullptr;
   return std::make_exception_ptr(Mismatch(
       "collective order mismatch with rank " + std::to_string(wire) + ": this rank waits for it in " +
-      position(member_.ctx, fam.current_seq()) + ", rank " + std::to_string(wire) + " waits in " +
+      position(own, fam.current_seq()) + ", rank " + std::to_string(wire) + " waits in " +
       position(ctx, seq) + ", which this rank has not started; communicators that share connections must issue "
       "their collectives in the same order on every rank (or give the group its own connections: "
       "SHOAL_GROUP_CONNECTIONS=own)"));
 }
 
-void CommunicatorImpl::on_break(std::exception_ptr cause) {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (!broken_) broken_ = cause;
-  }
+void JobLiveness::broke(std::exception_ptr cause) {
+  if (!is_root()) return root().broke(cause);
+  c_.sched_.mark_broken(cause);
   // Publish the first cause, so that ranks that only see this rank's sockets
   // close can name the real culprit.
   try {
-    core::AbortRecord rec = core::AbortRecord::from(cause, rank_);
+    core::AbortRecord rec = core::AbortRecord::from(cause, c_.rank_);
     if (rec.code == ErrorCode::kAborted) return;  // a local decision, not a job fault
-    if (!store_->check({"abort"})) store_->set_str("abort", rec.encode());
+    if (!c_.store_->check({"abort"})) c_.store_->set_str("abort", rec.encode());
   } catch (...) {
   }
 }
 
-std::exception_ptr CommunicatorImpl::on_lost(int peer, const std::string& detail) {
-  std::string who = hybrid_ ? hybrid_->describe_peer(peer) : "rank " + std::to_string(peer);
+std::exception_ptr JobLiveness::lost(int peer, const std::string& who, const std::string& detail) {
+  if (!is_root()) return root().lost(to_wire(peer), who, detail);
   try {
-    if (store_->check({"abort"})) {
-      auto rec = core::AbortRecord::decode(store_->get_str("abort"));
-      if (rec && rec->detector != rank_) return rec->to_error();
+    if (c_.store_->check({"abort"})) {
+      auto rec = core::AbortRecord::decode(c_.store_->get_str("abort"));
+      if (rec && rec->detector != c_.rank_) return rec->to_error();
     }
   } catch (const Error&) {
-    int host = opts_.store_host_rank;
-    if (host >= 0 && host != rank_ && host != peer) {
+    const int host = c_.opts_.store_host_rank;
+    if (host >= 0 && host != c_.rank_ && host != peer) {
       return std::make_exception_ptr(
           PeerLost("peer lost: rank " + std::to_string(host) +
-                       " (it hosts the rendezvous store, which is unreachable; the connection to " +
-                       who + " closed too)",
+                       " (it hosts the rendezvous store, which is unreachable; the connection to " + who +
+                       " closed too)",
                    host));
     }
   }
   return std::make_exception_ptr(PeerLost("peer lost: " + who + ": " + detail, peer));
 }
 
-}  // namespace shoal
+}  // namespace shoal::core

@@ -33,15 +33,9 @@ int64_t steady_ns() {
       .count();
 }
 
-bool is_p2p(Coll c) { return c == Coll::kSend || c == Coll::kRecv; }
-
-bool is_reducing(Coll c) {
-  return c == Coll::kAllreduce || c == Coll::kReduce || c == Coll::kReduceScatter || c == Coll::kReduceScatterv;
-}
-
-bool is_rooted(Coll c) {
-  return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
-}
+using coll::is_p2p;
+using coll::is_reducing;
+using coll::is_rooted;
 
 // The element count every rank agrees on (as in the message fingerprint;
 // alltoallv, which has none, gets what this rank sends).
@@ -132,11 +126,11 @@ void install_sigusr1_once() {
 
 // Paths of the timelines this process writes, so that two communicators
 // never write one file.
-std::mutex g_timeline_mu;
-std::set<std::string> g_timeline_paths;  // GUARDED_BY(g_timeline_mu)
+Mutex g_timeline_mu;
+std::set<std::string> g_timeline_paths GUARDED_BY(g_timeline_mu);
 
 std::string claim_timeline_path(std::string path, const std::string& comm) {
-  std::lock_guard<std::mutex> g(g_timeline_mu);
+  MutexLock g(g_timeline_mu);
   if (!g_timeline_paths.insert(path).second) {
     size_t slash = path.rfind('/');
     size_t dot = path.rfind('.');
@@ -180,7 +174,7 @@ Observer::Observer(ObserverConfig cfg)
 
 Observer::~Observer() {
   {
-    std::lock_guard<std::mutex> g(watch_mu_);
+    MutexLock g(watch_mu_);
     stop_ = true;
   }
   watch_cv_.notify_all();
@@ -381,9 +375,11 @@ Progress Observer::progress() const {
 
 void Observer::watch(uint64_t signals) {
   const auto period = stall_ ? stall_->period() : std::chrono::nanoseconds(std::chrono::milliseconds(500));
-  std::unique_lock<std::mutex> g(watch_mu_);
+  MutexLock g(watch_mu_);
   for (;;) {
-    watch_cv_.wait_for(g, period, [&] { return stop_; });
+    const auto until = std::chrono::steady_clock::now() + period;
+    while (!stop_ && g.wait_until(watch_cv_, until)) {
+    }
     if (stop_) return;
     g.unlock();
     if (uint64_t s = g_dump_requests.load(); s != signals && recorder_.capacity() > 0) {
@@ -419,7 +415,7 @@ core::ObserverConfig CommunicatorImpl::observer_config(uint64_t id, const std::s
   c.comm_id = id;
   c.store = store_;
   c.overrides = &overrides_;
-  c.is_local = [this](int peer) { return transport_->is_local(peer); };
+  c.is_local = [this](int peer) { return hybrid_->is_local(view_.to_wire(peer)); };
   std::ostringstream s;
   s << "SHOAL_SHM=" << shm_mode << ", spin " << spin_us_ << " us when a caller drives, segment "
     << tuning_.segment_bytes << " B, timeout " << std::chrono::duration<double>(opts_.timeout).count() << " s";

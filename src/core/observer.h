@@ -18,6 +18,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+
+#include "common/thread_annotations.h"
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,9 +122,9 @@ class Observer {
   std::atomic<bool> dumped_{false};
   std::mutex dump_mu_;  // one dump at a time
 
-  std::mutex watch_mu_;
+  Mutex watch_mu_;
   std::condition_variable watch_cv_;
-  bool stop_ = false;  // GUARDED_BY(watch_mu_)
+  bool stop_ GUARDED_BY(watch_mu_) = false;
   std::thread watcher_;
 };
 

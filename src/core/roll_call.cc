@@ -31,7 +31,7 @@ void RollCall::poll(Clock::time_point deadline) {
   if (size_ <= 1) return;
   try {
     const uint64_t gen = latest();
-    std::lock_guard<std::mutex> g(mu_);
+    MutexLock g(mu_);
     answer_locked(gen);
     if (deadline - Clock::now() <= kOpenAhead && opened_for_ != deadline) {
       open_locked();
@@ -49,7 +49,7 @@ std::optional<std::vector<int>> RollCall::silent() {
   Clock::time_point until;
   try {
     const uint64_t open = latest();
-    std::lock_guard<std::mutex> g(mu_);
+    MutexLock g(mu_);
     answer_locked(open);  // a rank timing out answers the others' roll calls too
     const auto now = Clock::now();
     if (opened_ == 0 || now - opened_at_ > kOpenAhead + kAnswerTime) return std::nullopt;

@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+
+#include "common/thread_annotations.h"
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,18 +66,18 @@ class RollCall {
  private:
   // The latest roll call's number (0: none yet).
   uint64_t latest();
-  void answer_locked(uint64_t gen);
-  uint64_t open_locked();
+  void answer_locked(uint64_t gen) REQUIRES(mu_);
+  uint64_t open_locked() REQUIRES(mu_);
   std::optional<std::vector<int>> collect(uint64_t gen, Clock::time_point until);
 
   std::shared_ptr<Store> store_;
   const int rank_;
   const int size_;
-  std::mutex mu_;
-  uint64_t answered_ = 0;              // GUARDED_BY(mu_): the latest roll call this rank answered
-  uint64_t opened_ = 0;                // GUARDED_BY(mu_): the latest roll call this rank opened
-  Clock::time_point opened_at_{};      // GUARDED_BY(mu_)
-  Clock::time_point opened_for_{};     // GUARDED_BY(mu_): the deadline it was opened for
+  Mutex mu_;
+  uint64_t answered_ GUARDED_BY(mu_) = 0;          // the latest roll call this rank answered
+  uint64_t opened_ GUARDED_BY(mu_) = 0;            // the latest roll call this rank opened
+  Clock::time_point opened_at_ GUARDED_BY(mu_){};
+  Clock::time_point opened_for_ GUARDED_BY(mu_){};  // the deadline it was opened for
 };
 
 // "rank 2 has not answered" / "ranks [2, 5] have not answered" (rank_ranges).

@@ -62,7 +62,7 @@ Timeline::Timeline(std::string path, int rank, const std::string& comm_name) : p
 }
 
 Timeline::~Timeline() {
-  std::lock_guard<std::mutex> g(mu_);
+  MutexLock g(mu_);
   if (!f_) return;
   std::fputs("\n]\n", f_);
   std::fclose(f_);
@@ -79,7 +79,7 @@ void Timeline::add(const TraceEntry& e) {
   const auto c = static_cast<coll::Coll>(e.coll);
   const bool p2p = c == coll::Coll::kSend || c == coll::Coll::kRecv;
   std::string name(coll::coll_name(c));
-  std::lock_guard<std::mutex> g(mu_);
+  MutexLock g(mu_);
   if (!f_) return;
   if (p2p) {
     if (e.started_us == 0) return;
@@ -105,7 +105,7 @@ void Timeline::add(const TraceEntry& e) {
 }
 
 void Timeline::flush() {
-  std::lock_guard<std::mutex> g(mu_);
+  MutexLock g(mu_);
   if (f_) std::fflush(f_);
 }
 

@@ -19,6 +19,8 @@
 
 #include <cstdio>
 #include <mutex>
+
+#include "common/thread_annotations.h"
 #include <string>
 
 #include "core/flight_recorder.h"
@@ -40,14 +42,14 @@ class Timeline {
   void flush();
 
  private:
-  void write(const std::string& event);  // REQUIRES(mu_)
+  void write(const std::string& event) REQUIRES(mu_);
 
   const std::string path_;
   const int rank_;
-  std::mutex mu_;
-  std::FILE* f_ = nullptr;  // GUARDED_BY(mu_)
-  bool first_ = true;       // GUARDED_BY(mu_)
-  uint64_t next_async_ = 1; // GUARDED_BY(mu_): ids pairing async begin/end events
+  Mutex mu_;
+  std::FILE* f_ GUARDED_BY(mu_) = nullptr;
+  bool first_ GUARDED_BY(mu_) = true;
+  uint64_t next_async_ GUARDED_BY(mu_) = 1;  // ids pairing async begin/end events
 };
 
 // The file for rank `rank` of communicator `comm`: %r becomes the rank, %c

@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "common/net.h"
+#include "common/thread_annotations.h"
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store_server.h"
 #include "shoal/error.h"
@@ -90,13 +91,13 @@ struct TcpStore::Impl {
     if (server && ::getpid() != owner_pid) (void)server.release();
   }
 
-  std::mutex mu;
-  net::Fd sock;      // GUARDED_BY(mu); closed after a client-side timeout
-  std::string lost;  // GUARDED_BY(mu); non-empty once the connection broke
+  Mutex mu;
+  net::Fd sock GUARDED_BY(mu);      // closed after a client-side timeout
+  std::string lost GUARDED_BY(mu);  // non-empty once the connection broke
 
   milliseconds timeout() const { return milliseconds(timeout_ms.load(std::memory_order_relaxed)); }
 
-  void connect_locked(net::Clock::time_point deadline) {
+  void connect_locked(net::Clock::time_point deadline) REQUIRES(mu) {
     try {
       sock = net::connect_tcp(connect_host, port, deadline);
     } catch (const TimeoutError& e) {
@@ -110,8 +111,8 @@ struct TcpStore::Impl {
   }
 
   // The client's side of the handshake (store_protocol.h), on a fresh socket.
-  void handshake_locked(net::Clock::time_point deadline) {
-    auto refuse = [&](const std::string& why) {
+  void handshake_locked(net::Clock::time_point deadline) REQUIRES(mu) {
+    auto refuse = [&](const std::string& why) REQUIRES(mu) {
       sock.reset();
       throw StoreError("store: refusing the store at " + addr + ": " + why);
     };
@@ -137,7 +138,7 @@ struct TcpStore::Impl {
     }
   }
 
-  [[noreturn]] void fail_locked(const std::string& why) {
+  [[noreturn]] void fail_locked(const std::string& why) REQUIRES(mu) {
     lost = why;
     sock.reset();
     throw StoreError(why);
@@ -149,7 +150,7 @@ struct TcpStore::Impl {
   // `tail`, when given, is the end of the frame, sent from the caller's buffer.
   Bytes call(const Bytes& frame, net::Clock::time_point deadline, const std::string& what,
              const std::string& timeout_msg, const Bytes* tail = nullptr) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (!lost.empty()) throw StoreError(lost);
     if (!sock) connect_locked(std::min(deadline, deadline_after(opts.connect_timeout)));
     const std::string gone = "store: lost the connection to " + addr + " during " + what +
@@ -211,7 +212,7 @@ TcpStore::TcpStore(const TcpStoreOptions& opts) : impl_(std::make_unique<Impl>()
   }
   s.connect_host = connect_host_for(opts.host);
   s.addr = join_host_port(opts.host, s.port);
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   s.connect_locked(deadline_after(opts.connect_timeout));
 }
 

@@ -7,6 +7,8 @@
 #include <exception>
 #include <mutex>
 
+#include "common/thread_annotations.h"
+
 namespace shoal::transport {
 
 class FirstCause {
@@ -15,7 +17,7 @@ class FirstCause {
   std::exception_ptr keep(std::exception_ptr cause) {
     std::exception_ptr first;
     {
-      std::lock_guard<std::mutex> g(mu_);
+      MutexLock g(mu_);
       if (!cause_) cause_ = cause;
       first = cause_;
     }
@@ -23,7 +25,7 @@ class FirstCause {
     return first;
   }
   std::exception_ptr get() const {
-    std::lock_guard<std::mutex> g(mu_);
+    MutexLock g(mu_);
     return cause_;
   }
   // Lock-free: true once a cause is recorded.
@@ -31,8 +33,8 @@ class FirstCause {
 
  private:
   std::atomic<bool> set_{false};
-  mutable std::mutex mu_;
-  std::exception_ptr cause_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::exception_ptr cause_ GUARDED_BY(mu_);
 };
 
 }  // namespace shoal::transport

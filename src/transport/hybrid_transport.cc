@@ -22,9 +22,12 @@ constexpr unsigned kNetEvery = 128;
 constexpr unsigned kClockEvery = 8;
 }  // namespace
 
-HybridTransport::HybridTransport(std::unique_ptr<Transport> net, std::unique_ptr<Transport> local,
+HybridTransport::HybridTransport(std::unique_ptr<Channel> net, std::unique_ptr<Channel> local,
                                  HybridOptions opts)
-    : net_(std::move(net)), local_(std::move(local)), opts_(std::move(opts)) {
+    : net_(std::move(net)),
+      local_(std::move(local)),
+      opts_(std::move(opts)),
+      live_(opts_.liveness ? *opts_.liveness : Liveness::none()) {
   local_cache_.assign(static_cast<size_t>(net_->size()), -1);
   epoll_fd_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd_) throw InternalError(std::string("epoll_create1: ") + strerror(errno));
@@ -46,11 +49,11 @@ HybridTransport::~HybridTransport() = default;
 bool HybridTransport::is_local(int peer) const {
   if (!local_ || peer < 0 || peer >= size() || peer == rank()) return false;
   int8_t& v = local_cache_[static_cast<size_t>(peer)];
-  if (v < 0) v = opts_.is_local && opts_.is_local(peer) ? 1 : 0;
+  if (v < 0) v = live_.is_local(peer) ? 1 : 0;
   return v == 1;
 }
 
-Transport& HybridTransport::route(int peer) const { return is_local(peer) ? *local_ : *net_; }
+Channel& HybridTransport::route(int peer) const { return is_local(peer) ? *local_ : *net_; }
 
 std::string HybridTransport::describe_peer(int peer) const {
   try {
@@ -113,7 +116,7 @@ auto HybridTransport::guarded(F&& f) -> decltype(f()) {
 
 void HybridTransport::post_send(Request* r) {
   check_broken();
-  Transport& t = route(r->peer);
+  Channel& t = route(r->peer);
   if (&t == net_.get()) net_active_ = true;
   guarded([&] { t.post_send(r); });
 }
@@ -121,7 +124,7 @@ void HybridTransport::post_send(Request* r) {
 void HybridTransport::post_recv(Request* r) {
   check_broken();
   if (r->peer != kAnySource || !local_) {
-    Transport& t = route(r->peer);
+    Channel& t = route(r->peer);
     if (&t == net_.get()) net_active_ = true;
     guarded([&] { t.post_recv(r); });
     return;
@@ -188,8 +191,8 @@ void HybridTransport::poll_both() {
 }
 
 std::exception_ptr HybridTransport::gone_silently(int peer) {
-  if (!opts_.peer_gone || heard_from(peer)) return nullptr;
-  auto cause = opts_.peer_gone(peer);
+  if (heard_from(peer)) return nullptr;
+  auto cause = live_.peer_gone(peer);
   if (!cause) return nullptr;
   // Gone: but it may have connected and sent before it went (still in the
   // backlog); then its connection tells the rest.
@@ -249,7 +252,7 @@ std::string HybridTransport::pending_summary(Request* const* reqs, size_t n) con
   for (size_t i = 0; i < n; ++i) {
     if (reqs[i]->complete) continue;
     Request* one[1] = {reqs[i]};
-    const Transport& t = reqs[i]->peer == kAnySource ? (local_ ? *local_ : *net_) : route(reqs[i]->peer);
+    const Channel& t = reqs[i]->peer == kAnySource ? (local_ ? *local_ : *net_) : route(reqs[i]->peer);
     if (!first) o << "; ";
     first = false;
     o << t.pending_summary(one, 1);
@@ -268,9 +271,7 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     if (all) return;
     if (iter % kClockEvery == 0) now = Clock::now();
     if (now >= deadline) {
-      const std::string waiting = pending_summary(reqs, n);
-      fail(opts_.timed_out ? opts_.timed_out(waiting)
-                           : std::make_exception_ptr(TimeoutError("timed out waiting for " + waiting)));
+      fail(live_.timed_out(pending_summary(reqs, n)));
     }
     if (poll_children()) continue;
     if (now < spin_until) {
@@ -281,10 +282,10 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     if (!arm()) continue;
     auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
     int timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 1, opts_.abort_poll_ms));
-    if (block(timeout_ms) == 0 && opts_.check_abort && Clock::now() >= next_abort_check) {
+    if (block(timeout_ms) == 0 && Clock::now() >= next_abort_check) {
       // Blocked with nothing moving: has another rank failed the job?
       next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
-      if (auto cause = opts_.check_abort(deadline)) fail(cause);
+      if (auto cause = live_.check_abort(deadline)) fail(cause);
       for (size_t i = 0; i < n; ++i) {
         if (reqs[i]->complete || reqs[i]->peer < 0) continue;
         if (auto cause = gone_silently(reqs[i]->peer)) fail(cause);

@@ -1,5 +1,7 @@
-// transport/hybrid_transport.h — one Transport over two: peers on this host
-// go through `local` (shared memory), the others through `net` (TCP).
+// transport/hybrid_transport.h — the progress engine: one Transport over
+// the channels that move the bytes (transport.h): peers on this host go
+// through `local` (shared memory), the others through `net` (TCP).
+// Every wait of a communicator runs here, and only here.
 //
 // Which host a peer is on comes from the rendezvous (a host identity, not an
 // address string), through `is_local`, asked once per peer. The hybrid
@@ -8,43 +10,37 @@
 // fds. An any-source receive is posted to both; the first child to match it
 // wins and the other withdraws it.
 //
-// Failure: a child that fails has already published its cause (on_break)
+// Failure: a child that fails has already published its cause (Liveness::broke)
 // and shut its connections; the hybrid then breaks the other child with the
 // same cause, so that every peer of this rank sees it go.
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/net.h"
+#include "transport/liveness.h"
 #include "transport/transport.h"
 
 namespace shoal::transport {
 
 struct HybridOptions {
-  std::function<bool(int peer)> is_local;  // may block; asked once per peer
-  // Polled every `abort_poll_ms` while a wait is blocked, with the wait's
-  // deadline: the job-wide cause when another rank has published one, else
-  // null. (The core also answers and opens roll calls here: core/roll_call.h.)
-  std::function<std::exception_ptr(Clock::time_point deadline)> check_abort;
+  // Which peers are on this host (is_local, asked once per peer), and, every
+  // `abort_poll_ms` while a wait is blocked: another rank's published cause
+  // (check_abort), whether a peer the wait needs that never connected is
+  // gone (peer_gone); at the deadline, the error naming what it waited for
+  // (timed_out). Owned by the core; must outlive the transport. Null: knows
+  // nothing.
+  Liveness* liveness = nullptr;
   int abort_poll_ms = 250;
-  // Polled likewise for each peer a blocked wait waits for that has never
-  // connected: a cause when that peer is known to be gone (its process on
-  // this machine has exited), else null.
-  std::function<std::exception_ptr(int peer)> peer_gone;
-  // Called when a wait reaches its deadline, with what it still waits for
-  // ("receive from rank 2 ..."): the error to fail with. Null: a plain
-  // TimeoutError.
-  std::function<std::exception_ptr(const std::string& waiting)> timed_out;
 };
 
 class HybridTransport final : public Transport {
  public:
   // `local` may be null (shared memory disabled): then everything goes to `net`.
-  HybridTransport(std::unique_ptr<Transport> net, std::unique_ptr<Transport> local, HybridOptions opts);
+  HybridTransport(std::unique_ptr<Channel> net, std::unique_ptr<Channel> local, HybridOptions opts);
   ~HybridTransport() override;
 
   int rank() const override { return net_->rank(); }
@@ -58,7 +54,7 @@ class HybridTransport final : public Transport {
   // and a connection in the backlog takes a round to accept and another to
   // read its hello.
   void poll_both();
-  // The cause to fail with when `peer` never connected and `peer_gone` says
+  // The cause to fail with when `peer` never connected and Liveness::peer_gone says
   // it is gone (after taking in the backlog), else null.
   std::exception_ptr gone_silently(int peer);
   void poll_wait(Clock::time_point until) override;
@@ -71,18 +67,18 @@ class HybridTransport final : public Transport {
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
   bool heard_from(int peer) const override { return route(peer).heard_from(peer); }
-  int event_fd() const override { return epoll_fd_.get(); }
-  bool arm() override;
   bool cancel(Request* r) override;
   std::string pending_summary(Request* const* reqs, size_t n) const override;
 
   // Whether `peer`'s messages go through shared memory.
   bool is_local(int peer) const;
-  Transport& net() { return *net_; }
 
  private:
-  Transport& route(int peer) const;
+  Channel& route(int peer) const;
   bool poll_children();
+  // Before blocking: every channel arranges to be woken; false if one can
+  // make progress now (Channel::arm).
+  bool arm();
   void resolve_any();
   int block(int timeout_ms);
   void check_broken();
@@ -91,9 +87,10 @@ class HybridTransport final : public Transport {
   template <class F>
   auto guarded(F&& f) -> decltype(f());
 
-  std::unique_ptr<Transport> net_;
-  std::unique_ptr<Transport> local_;
+  std::unique_ptr<Channel> net_;
+  std::unique_ptr<Channel> local_;
   HybridOptions opts_;
+  Liveness& live_;  // opts_.liveness, or Liveness::none()
   mutable std::vector<int8_t> local_cache_;  // -1 unknown, 0 net, 1 local
   std::vector<Request*> any_pending_;        // any-source receives posted to both
   bool net_active_ = false;                  // something was routed to net: poll it every time

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "shoal/error.h"
+#include "transport/liveness.h"
 #include "transport/transport.h"
 
 namespace shoal::transport {
@@ -63,14 +64,12 @@ struct Arrival {
   uint64_t length;
 };
 
-using DescribeFp = std::function<std::string(const Fingerprint&)>;
-
 // Checks a message against the receive it matched: null if it fits, else
 // the Mismatch to raise (no byte of the payload has been written yet).
 // `name(peer)` describes the peer ("rank 3 (host ...)"); called only on error.
 template <class Name>
-std::exception_ptr check_matched(const Request& r, const Arrival& m, const DescribeFp& fp, Name&& name) {
-  auto describe = [&](const Fingerprint& f) { return fp ? fp(f) : std::string("?"); };
+std::exception_ptr check_matched(const Request& r, const Arrival& m, Liveness& live, Name&& name) {
+  auto describe = [&](const Fingerprint& f) { return live.describe(f); };
   if (r.check_fp && !(r.fp == m.fp)) {
     const std::string who = std::to_string(m.peer);
     return std::make_exception_ptr(Mismatch("collective mismatch with " + name(m.peer) + " at " +
@@ -82,8 +81,7 @@ std::exception_ptr check_matched(const Request& r, const Arrival& m, const Descr
     return std::make_exception_ptr(Mismatch(
         "message size mismatch with " + name(m.peer) + " at " + describe_tag(m.tag) +
         ": this rank expects " + std::to_string(r.len) + " bytes, rank " + who + " sent " +
-        std::to_string(m.length) +
-        (fp ? " (this rank: " + describe(r.fp) + "; rank " + who + ": " + describe(m.fp) + ")" : std::string())));
+        std::to_string(m.length) + " (this rank: " + describe(r.fp) + "; rank " + who + ": " + describe(m.fp) + ")"));
   }
   return nullptr;
 }
@@ -97,20 +95,19 @@ std::exception_ptr check_matched(const Request& r, const Arrival& m, const Descr
 // them in another order than this rank (docs/torch.md, "Groups"). Returns
 // that Mismatch, else null (the message waits).
 template <class Name>
-std::exception_ptr check_order(const std::deque<Request*>& recvq, const Arrival& m, const DescribeFp& fp,
-                               Name&& name) {
+std::exception_ptr check_order(const std::deque<Request*>& recvq, const Arrival& m, Liveness& live, Name&& name) {
+  auto describe = [&](const Fingerprint& f) { return live.describe(f); };
   for (const Request* r : recvq) {
     if (r->tag.space != Space::kCollective) continue;
     if (r->tag.ctx != m.tag.ctx) {
       return std::make_exception_ptr(Mismatch(
           "collective order mismatch with " + name(m.peer) + ": this rank waits for " + describe_tag(r->tag) +
-          " (" + (fp ? fp(r->fp) : std::string("?")) + "), rank " + std::to_string(m.peer) + " sent " +
-          describe_tag(m.tag) + " (" + (fp ? fp(m.fp) : std::string("?")) +
+          " (" + describe(r->fp) + "), rank " + std::to_string(m.peer) + " sent " +
+          describe_tag(m.tag) + " (" + describe(m.fp) +
           ") first; communicators that share connections must issue their collectives in the same "
           "order on every rank (or give the group its own connections: SHOAL_GROUP_CONNECTIONS=own)"));
     }
     if (tag_less(r->tag, m.tag) || (r->tag.seq == m.tag.seq && r->check_fp && !(r->fp == m.fp))) {
-      auto describe = [&](const Fingerprint& f) { return fp ? fp(f) : std::string("?"); };
       return std::make_exception_ptr(Mismatch(
           "collective mismatch with " + name(m.peer) + ": this rank waits for " + describe_tag(r->tag) +
           " of " + describe(r->fp) + ", rank " + std::to_string(m.peer) + " sent " +

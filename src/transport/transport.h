@@ -3,6 +3,9 @@
 // A transport moves tagged byte ranges between the ranks of one communicator.
 // It knows nothing of collectives: algorithms (src/collectives) are written
 // only against post_send / post_recv / wait, and the core drives progress.
+// One progress engine (hybrid_transport.h) implements Transport over the
+// channels that move the bytes (TCP; shared memory), which only post, poll
+// and say when they may have news (Channel).
 //
 // Threading: a Transport is driven by one thread at a time (the communicator's
 // executor). abort() and broken() may be called from any thread.
@@ -33,7 +36,7 @@ enum class Space : uint8_t { kCollective = 0, kP2P = 1 };
 // Identifies one message within a communicator: the collective's sequence
 // number and the algorithm's step, or (kP2P) the user's tag in `seq`.
 // `ctx` tells apart the communicators that share one transport (a group
-// split from its parent, transport/context_transport.h); 0 for the parent.
+// split from its parent, transport/view.h); 0 for the parent.
 // A wait's deadline, `timeout` after the first look at it: a collective
 // whose waits all end at once reads no clock for it (a clock read is a fair
 // share of a small collective on shared memory).
@@ -90,56 +93,33 @@ struct Request {
   Request& operator=(const Request&) = delete;
 };
 
-class Transport {
+// What a Transport and each of its channels have in common: posting,
+// failure and description.
+class Endpoint {
  public:
-  virtual ~Transport() = default;
+  virtual ~Endpoint() = default;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
   // Queue a request; it starts moving at once where possible. Throws the
-  // first cause if the transport is broken.
+  // first cause if broken.
   virtual void post_send(Request* r) = 0;
   virtual void post_recv(Request* r) = 0;
-
-  // Drives progress until every request in reqs[0..n) is complete. Throws the
-  // transport's error (PeerLost, Mismatch, ...) or TimeoutError at `deadline`
-  // (and then the transport is broken: messages may be half sent).
-  virtual void wait(Request* const* reqs, size_t n, Clock::time_point deadline) = 0;
 
   // One non-blocking pass of progress; returns true if anything may have
   // moved (false only when certainly nothing did).
   virtual bool poll() = 0;
 
-  // Blocks until some socket event or wake() (or `until`), then makes progress.
-  virtual void poll_wait(Clock::time_point until) = 0;
-  // Wakes a thread blocked in poll_wait(); callable from any thread.
-  virtual void wake() = 0;
-
-  // How long wait() busy-polls before sleeping, in microseconds. Set by the
-  // driving thread: a caller that waits for its own operation spins (it has
-  // nothing else to do), the background executor does not (it would steal
-  // the core from the computation it overlaps with).
-  virtual void set_spin_us(int us) = 0;
-
-  // ---- Composition (transport/hybrid): a parent drives several transports
-  // from one loop. These have defaults that suit a socket-only transport.
-
-  // An fd that becomes readable when poll() may make progress (an epoll fd).
-  virtual int event_fd() const = 0;
-  // Called before the parent blocks on event_fd(): arranges to be woken by
-  // any change a peer makes, and returns false if progress is possible now
-  // (then the parent must poll instead of blocking).
-  virtual bool arm() { return true; }
   // Withdraws a posted receive that has not been matched yet (any-source
-  // receives are posted to every child; the first to match wins). Returns
+  // receives are posted to every channel; the first to match wins). Returns
   // false if it was matched already or not known.
   virtual bool cancel(Request* r) = 0;
   // What the given requests wait for, for a timeout message.
   virtual std::string pending_summary(Request* const* reqs, size_t n) const = 0;
 
-  // Marks the transport broken with `cause`; every pending and later call
-  // fails with it. Idempotent: the first cause wins. Any thread.
+  // Marks it broken with `cause`; every pending and later call fails with
+  // it. Idempotent: the first cause wins. Any thread.
   virtual void abort(std::exception_ptr cause) = 0;
   virtual std::exception_ptr broken() const = 0;
 
@@ -150,6 +130,40 @@ class Transport {
   // since): then whatever the peer sent, and its leaving, reach this side
   // through it. Polling first takes in connections still in the backlog.
   virtual bool heard_from(int peer) const = 0;
+};
+
+// One way of reaching peers (TCP sockets; shared memory on this host),
+// driven by the one progress engine (transport/hybrid_transport.h), which
+// polls its channels, spins, and blocks on their event fds. A channel
+// never waits itself.
+class Channel : public Endpoint {
+ public:
+  // An fd that becomes readable when poll() may make progress (an epoll fd).
+  virtual int event_fd() const = 0;
+  // Called before the engine blocks on event_fd(): arranges to be woken by
+  // any change a peer makes, and returns false if progress is possible now
+  // (then the engine must poll instead of blocking).
+  virtual bool arm() { return true; }
+};
+
+// What the algorithms are written against: post, then wait.
+class Transport : public Endpoint {
+ public:
+  // Drives progress until every request in reqs[0..n) is complete. Throws the
+  // transport's error (PeerLost, Mismatch, ...) or TimeoutError at `deadline`
+  // (and then the transport is broken: messages may be half sent).
+  virtual void wait(Request* const* reqs, size_t n, Clock::time_point deadline) = 0;
+
+  // Blocks until some event or wake() (or `until`), then makes progress.
+  virtual void poll_wait(Clock::time_point until) = 0;
+  // Wakes a thread blocked in poll_wait() or wait(); callable from any thread.
+  virtual void wake() = 0;
+
+  // How long wait() busy-polls before sleeping, in microseconds. Set by the
+  // driving thread: a caller that waits for its own operation spins (it has
+  // nothing else to do), the background executor does not (it would steal
+  // the core from the computation it overlaps with).
+  virtual void set_spin_us(int us) = 0;
 };
 
 }  // namespace shoal::transport

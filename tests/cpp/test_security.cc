@@ -21,6 +21,9 @@
 #include "rendezvous/store_protocol.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
+#include "transport/handshake.h"
+#include "transport/hybrid_transport.h"
+#include "transport/liveness.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/frame.h"
@@ -157,50 +160,73 @@ TEST(Auth, SealedSecretOpensOnlyForItsRecipientAndContext) {
   EXPECT_THROW(auth::seal(s, "not a key", "job 7"), InvalidArgument);
 }
 
-// ---- the TCP handshake as pure functions ----------------------------------
+// ---- the handshake (every link) as pure functions --------------------------
 
-TEST(TcpHandshake, HelloAndAnswerRoundTrip) {
+TEST(Handshake, HelloAndAnswerRoundTrip) {
   auth::Secret key = auth::Secret::from_hex(kKeyA), other = auth::Secret::from_hex(kKeyB);
-  transport::tcp::Identity r0{77, 0, 4, &key}, r2{77, 2, 4, &key};
-  transport::tcp::Hello h = transport::tcp::make_hello(r0, 2);
-  EXPECT_EQ(transport::tcp::check_hello(h, r2), "");
-  transport::tcp::Accept a = transport::tcp::make_accept(h, r2);
-  EXPECT_EQ(transport::tcp::check_accept(a, h, r0), "");
+  transport::handshake::Identity r0{77, 0, 4, &key}, r2{77, 2, 4, &key};
+  transport::handshake::Hello h = transport::handshake::make_hello(r0, 2);
+  EXPECT_EQ(transport::handshake::check_hello(h, r2), "");
+  transport::handshake::Accept a = transport::handshake::make_accept(h, r2);
+  EXPECT_EQ(transport::handshake::check_accept(a, h, r0), "");
 
   // The answer to one hello is worthless for another (a fresh nonce each).
-  transport::tcp::Hello h2 = transport::tcp::make_hello(r0, 2);
-  EXPECT_TRUE(contains(transport::tcp::check_accept(a, h2, r0), "did not prove"));
+  transport::handshake::Hello h2 = transport::handshake::make_hello(r0, 2);
+  EXPECT_TRUE(contains(transport::handshake::check_accept(a, h2, r0), "did not prove"));
   // Wrong secret on either side.
-  transport::tcp::Identity r2x{77, 2, 4, &other}, r0x{77, 0, 4, &other};
-  EXPECT_TRUE(contains(transport::tcp::check_hello(h, r2x), "did not prove"));
-  EXPECT_TRUE(contains(transport::tcp::check_accept(a, h, r0x), "did not prove"));
+  transport::handshake::Identity r2x{77, 2, 4, &other}, r0x{77, 0, 4, &other};
+  EXPECT_TRUE(contains(transport::handshake::check_hello(h, r2x), "did not prove"));
+  EXPECT_TRUE(contains(transport::handshake::check_accept(a, h, r0x), "did not prove"));
   // Meant for another rank, another job, or lying about itself.
-  transport::tcp::Identity r1{77, 1, 4, &key}, r2other_job{78, 2, 4, &key};
-  EXPECT_TRUE(contains(transport::tcp::check_hello(h, r1), "reach rank 2"));
-  EXPECT_TRUE(contains(transport::tcp::check_hello(h, r2other_job), "another job"));
-  transport::tcp::Hello lie = h;
+  transport::handshake::Identity r1{77, 1, 4, &key}, r2other_job{78, 2, 4, &key};
+  EXPECT_TRUE(contains(transport::handshake::check_hello(h, r1), "reach rank 2"));
+  EXPECT_TRUE(contains(transport::handshake::check_hello(h, r2other_job), "another job"));
+  transport::handshake::Hello lie = h;
   lie.rank = 1;  // the proof covers the rank
-  EXPECT_TRUE(contains(transport::tcp::check_hello(lie, r2), "did not prove"));
+  EXPECT_TRUE(contains(transport::handshake::check_hello(lie, r2), "did not prove"));
   lie = h;
   lie.rank = 3;
-  EXPECT_TRUE(contains(transport::tcp::check_hello(lie, r2), "bad rank"));
+  EXPECT_TRUE(contains(transport::handshake::check_hello(lie, r2), "bad rank"));
   lie = h;
   lie.version = 1;
-  EXPECT_TRUE(contains(transport::tcp::check_hello(lie, r2), "protocol version 1"));
+  EXPECT_TRUE(contains(transport::handshake::check_hello(lie, r2), "protocol version 1"));
   const uint8_t http[] = "GET / HTTP/1.0";
-  EXPECT_EQ(transport::tcp::check_hello_prefix(http, 3), "");  // too little to judge
-  EXPECT_TRUE(contains(transport::tcp::check_hello_prefix(http, 4), "bad magic"));
-  EXPECT_EQ(transport::tcp::check_hello_prefix(reinterpret_cast<const uint8_t*>(&h), 6), "");
+  EXPECT_EQ(transport::handshake::check_hello_prefix(http, 3), "");  // too little to judge
+  EXPECT_TRUE(contains(transport::handshake::check_hello_prefix(http, 4), "bad magic"));
+  EXPECT_EQ(transport::handshake::check_hello_prefix(reinterpret_cast<const uint8_t*>(&h), 6), "");
+  // Bound to its link: a TCP hello is no shared-memory or arena hello.
+  transport::handshake::Identity r2shm{77, 2, 4, &key, auth::Link::kShm};
+  EXPECT_TRUE(contains(transport::handshake::check_hello(h, r2shm), "a hello for a TCP connection")) << transport::handshake::check_hello(h, r2shm);
+  lie = h;
+  lie.link = static_cast<uint8_t>(auth::Link::kShm);  // the proof covers the link
+  EXPECT_TRUE(contains(transport::handshake::check_hello(lie, r2shm), "did not prove"));
+  transport::handshake::Accept wrong_link = a;
+  wrong_link.link = static_cast<uint8_t>(auth::Link::kArena);
+  EXPECT_TRUE(contains(transport::handshake::check_accept(wrong_link, h, r0), "an answer for"));
+  // Carried as text (the arena's, through the store): exactly one message.
+  transport::handshake::Hello back;
+  ASSERT_TRUE(transport::handshake::from_hex(transport::handshake::to_hex(h), &back));
+  EXPECT_EQ(transport::handshake::check_hello(back, r2), "");
+  EXPECT_FALSE(transport::handshake::from_hex(transport::handshake::to_hex(h) + "00", &back));
 }
 
 // ---- the TCP transport against a raw socket --------------------------------
 
 // Rank 1 of a 2-rank job, with a raw socket in the test playing rank 0 (or a
 // stranger). Everything runs on the test thread.
+// Every peer listens at `at` (what the rendezvous would say).
+struct FixedAddress : transport::Liveness {
+  explicit FixedAddress(transport::PeerAddress a) : at(std::move(a)) {}
+  transport::PeerAddress address(int) override { return at; }
+  transport::PeerAddress at;
+};
+
 struct AcceptingRank {
   auth::Secret key = auth::Secret::from_hex(kKeyA);
   uint64_t job = 0x5eed;
-  std::unique_ptr<transport::tcp::TcpTransport> t;
+  FixedAddress peers{{"127.0.0.1", 1, "raw", "raw", ""}};
+  transport::tcp::TcpTransport* tcp = nullptr;  // owned by t
+  std::unique_ptr<transport::HybridTransport> t;  // the engine that drives it
 
   AcceptingRank() {
     transport::tcp::TcpOptions o;
@@ -209,12 +235,14 @@ struct AcceptingRank {
     o.job = job;
     o.secret = key;
     o.bind_host = "127.0.0.1";
-    o.lookup = [](int) { return transport::tcp::PeerAddress{"127.0.0.1", 1, "raw", "raw", ""}; };
+    o.liveness = &peers;
     o.hello_timeout = kStrangerTimeout;
-    t = std::make_unique<transport::tcp::TcpTransport>(std::move(o));
+    auto channel = std::make_unique<transport::tcp::TcpTransport>(std::move(o));
+    tcp = channel.get();
+    t = std::make_unique<transport::HybridTransport>(std::move(channel), nullptr, transport::HybridOptions{});
   }
   net::Fd connect() {
-    return net::connect_tcp("127.0.0.1", t->listen_port(), Clock::now() + 10s);
+    return net::connect_tcp("127.0.0.1", tcp->listen_port(), Clock::now() + 10s);
   }
   void drive() { t->poll_wait(Clock::now() + 20ms); }
   // Sends `bytes` (then closes its sending side when `eof`) and drives the
@@ -242,17 +270,17 @@ void init_recv(transport::Request& r, std::vector<uint8_t>* buf) {
 // Plays rank 0: a valid hello, then checks the transport's answer.
 net::Fd authenticated_peer(AcceptingRank& a, const auth::Secret& key) {
   net::Fd s = a.connect();
-  transport::tcp::Identity me{a.job, 0, 2, &key};
-  transport::tcp::Hello h = transport::tcp::make_hello(me, 1);
+  transport::handshake::Identity me{a.job, 0, 2, &key};
+  transport::handshake::Hello h = transport::handshake::make_hello(me, 1);
   EXPECT_TRUE(net::write_full(s.get(), &h, sizeof(h), Clock::now() + 10s));
   for (;;) {  // the answer comes once the transport runs
     pollfd p{s.get(), POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) break;
     a.drive();
   }
-  transport::tcp::Accept ans;
+  transport::handshake::Accept ans;
   EXPECT_TRUE(net::read_full(s.get(), &ans, sizeof(ans), Clock::now() + 10s));
-  EXPECT_EQ(transport::tcp::check_accept(ans, h, me), "");
+  EXPECT_EQ(transport::handshake::check_accept(ans, h, me), "");
   return s;
 }
 
@@ -266,23 +294,23 @@ void send_frame(int fd, const transport::Request& like, const std::vector<uint8_
 TEST(TcpTransportAuth, StrangersAreRejectedAndLoggedThenTheRankPeerIsServed) {
   AcceptingRank a;
   testing::internal::CaptureStderr();
-  transport::tcp::Identity right{a.job, 0, 2, &a.key};
+  transport::handshake::Identity right{a.job, 0, 2, &a.key};
   auth::Secret wrong_key = auth::Secret::from_hex(kKeyB);
-  transport::tcp::Identity wrong{a.job, 0, 2, &wrong_key}, stale{a.job + 1, 0, 2, &a.key};
+  transport::handshake::Identity wrong{a.job, 0, 2, &wrong_key}, stale{a.job + 1, 0, 2, &a.key};
 
   const char junk[] = "GET / HTTP/1.0\r\n\r\n";
   EXPECT_TRUE(a.refused(junk, sizeof(junk)));
-  transport::tcp::Hello h = transport::tcp::make_hello(wrong, 1);
+  transport::handshake::Hello h = transport::handshake::make_hello(wrong, 1);
   EXPECT_TRUE(a.refused(&h, sizeof(h)));  // another secret
-  h = transport::tcp::make_hello(stale, 1);
+  h = transport::handshake::make_hello(stale, 1);
   EXPECT_TRUE(a.refused(&h, sizeof(h)));  // a previous run's communicator
-  h = transport::tcp::make_hello(right, 1);
+  h = transport::handshake::make_hello(right, 1);
   h.version = 1;
   EXPECT_TRUE(a.refused(&h, 8));  // an older release: refused on its first 8 bytes
-  h = transport::tcp::make_hello(right, 1);
+  h = transport::handshake::make_hello(right, 1);
   h.mac[0] ^= 1;
   EXPECT_TRUE(a.refused(&h, sizeof(h)));  // a forged proof
-  h = transport::tcp::make_hello(right, 1);
+  h = transport::handshake::make_hello(right, 1);
   EXPECT_TRUE(a.refused(&h, 50, /*eof=*/true));  // cut short
   std::string log = testing::internal::GetCapturedStderr();
   EXPECT_TRUE(contains(log, "shoal: rank 1: rejected a connection from 127.0.0.1:")) << log;
@@ -315,7 +343,7 @@ TEST(TcpTransportAuth, StrangersAreRejectedAndLoggedThenTheRankPeerIsServed) {
 
   // A replay of a valid hello once the rank is connected is refused too.
   testing::internal::CaptureStderr();
-  h = transport::tcp::make_hello(right, 1);
+  h = transport::handshake::make_hello(right, 1);
   EXPECT_TRUE(a.refused(&h, sizeof(h)));
   log = testing::internal::GetCapturedStderr();
   EXPECT_TRUE(contains(log, "rank 0 is already connected")) << log;
@@ -364,8 +392,9 @@ TEST(TcpTransportAuth, ConnectorRefusesAnAcceptorWithoutTheSecret) {
   o.secret = key;
   o.bind_host = "127.0.0.1";
   o.connect_timeout = 10s;
-  o.lookup = [port](int) { return transport::tcp::PeerAddress{"127.0.0.1", port, "impostor", "elsewhere", ""}; };
-  transport::tcp::TcpTransport t(std::move(o));
+  FixedAddress peers({"127.0.0.1", port, "impostor", "elsewhere", ""});
+  o.liveness = &peers;
+  transport::HybridTransport t(std::make_unique<transport::tcp::TcpTransport>(std::move(o)), nullptr, {});
   std::vector<uint8_t> buf(8);
   transport::Request r;
   init_recv(r, &buf);
@@ -373,10 +402,10 @@ TEST(TcpTransportAuth, ConnectorRefusesAnAcceptorWithoutTheSecret) {
   t.post_recv(&r);  // connects and sends the hello
   net::Fd s = net::accept_tcp(l.get());
   ASSERT_TRUE(s);
-  transport::tcp::Hello h;
+  transport::handshake::Hello h;
   ASSERT_TRUE(net::read_full(s.get(), &h, sizeof(h), Clock::now() + 10s));
-  transport::tcp::Identity impostor{99, 1, 2, &other};
-  transport::tcp::Accept ans = transport::tcp::make_accept(h, impostor);
+  transport::handshake::Identity impostor{99, 1, 2, &other};
+  transport::handshake::Accept ans = transport::handshake::make_accept(h, impostor);
   ASSERT_TRUE(net::write_full(s.get(), &ans, sizeof(ans), Clock::now() + 10s));
   // Frames behind a bad answer are never read.
   transport::tcp::FrameHeader f = transport::tcp::make_header(r);
@@ -569,11 +598,11 @@ void knock_everywhere(const std::shared_ptr<Store>& store, int peer, uint16_t st
   };
   const char junk[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 (a TLS client hello)";
   tcp(junk, sizeof(junk));
-  transport::tcp::Identity as_rank0{job, 0, 2, &wrong};
-  transport::tcp::Hello h = transport::tcp::make_hello(as_rank0, peer);
+  transport::handshake::Identity as_rank0{job, 0, 2, &wrong};
+  transport::handshake::Hello h = transport::handshake::make_hello(as_rank0, peer);
   tcp(&h, sizeof(h));
-  transport::tcp::Identity stale{job ^ 0x1000, 0, 2, &wrong};
-  h = transport::tcp::make_hello(stale, peer);
+  transport::handshake::Identity stale{job ^ 0x1000, 0, 2, &wrong};
+  h = transport::handshake::make_hello(stale, peer);
   tcp(&h, sizeof(h));
 
   // Shared memory: a hello with the wrong secret on the rank's Unix socket.
@@ -584,12 +613,8 @@ void knock_everywhere(const std::shared_ptr<Store>& store, int peer, uint16_t st
   std::memcpy(a.sun_path + 1, name.data(), name.size());
   if (::connect(u.get(), reinterpret_cast<sockaddr*>(&a),
                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0) {
-    transport::shm::Hello sh;
-    sh.job = job;
-    sh.rank = 0;
-    sh.size = 2;
-    sh.to = static_cast<uint32_t>(peer);
-    std::memset(sh.mac, 0x5a, sizeof(sh.mac));
+    transport::handshake::Identity as_shm0{job, 0, 2, &wrong, auth::Link::kShm};
+    transport::handshake::Hello sh = transport::handshake::make_hello(as_shm0, peer);
     SHOAL_CHECK(::send(u.get(), &sh, sizeof(sh), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(sh)));
     SHOAL_CHECK(closed_by_peer(u.get(), deadline));
   } else {

@@ -67,7 +67,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.bind_host = "127.0.0.1";
   o.socket_buffer = 0;
   o.connect_timeout = std::chrono::seconds(5);
-  o.lookup = [port](int) { return tcp::PeerAddress{"127.0.0.1", port, "fuzzer", "fuzzer", ""}; };
+  struct FixedAddress : transport::Liveness {
+    uint16_t port = 0;
+    transport::PeerAddress address(int) override { return {"127.0.0.1", port, "fuzzer", "fuzzer", ""}; }
+  } peers;
+  peers.port = port;
+  o.liveness = &peers;
   tcp::TcpTransport t(std::move(o));
 
   // Up to four receives from the peer, described by the plan byte (at least
@@ -108,23 +113,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   data = bytes.data();
 
   const auto deadline = net::Clock::now() + std::chrono::seconds(5);
-  const tcp::Identity target{kJob, peer, 2, &key()};
+  const transport::handshake::Identity target{kJob, peer, 2, &key()};
   try {
     for (int i = 0; i < nrecv; ++i) t.post_recv(&reqs[i]);  // (connects when the transport is rank 0)
     net::Fd s;
     if (transport_connects) {
       s = net::accept_tcp(listener.get());
-      tcp::Hello h;
+      transport::handshake::Hello h;
       if (!s || !net::read_full(s.get(), &h, sizeof(h), deadline)) __builtin_trap();  // no hello from rank 0
       if (!tcp::check_hello(h, target).empty()) __builtin_trap();                      // a hello we refuse
       if (proper) {
-        tcp::Accept a = tcp::make_accept(h, target);
+        transport::handshake::Accept a = transport::handshake::make_accept(h, target);
         net::write_full(s.get(), &a, sizeof(a), deadline);
       }
     } else {
       s = net::connect_tcp("127.0.0.1", t.listen_port(), deadline);
       if (proper) {
-        tcp::Hello h = tcp::make_hello(target, me);
+        transport::handshake::Hello h = transport::handshake::make_hello(target, me);
         net::write_full(s.get(), &h, sizeof(h), deadline);
       }
     }

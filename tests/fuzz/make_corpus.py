@@ -7,16 +7,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-HELLO_MAGIC, ACCEPT_MAGIC, FRAME_MAGIC, VERSION = 0x53484C48, 0x53484C41, 0x53484C46, 2
+HELLO_MAGIC, ACCEPT_MAGIC, FRAME_MAGIC, VERSION = 0x53484C48, 0x53484C41, 0x53484C46, 3
 JOB = 0x0123456789ABCDEF
+TCP, SHM, ARENA = 1, 2, 4  # auth::Link
 
 
-def hello(job=JOB, rank=0, size=9, to=1, version=VERSION, magic=HELLO_MAGIC):
-    return struct.pack("<IHHQIIII", magic, version, 0, job, rank, size, to, 0) + bytes(32) + bytes(32)
+def hello(job=JOB, rank=0, size=9, to=1, version=VERSION, magic=HELLO_MAGIC, link=TCP, extra=0):
+    return struct.pack("<IHBBQIIIIQ", magic, version, link, 0, job, rank, size, to, 0, extra) + bytes(32) + bytes(32)
 
 
-def accept():
-    return struct.pack("<IHH", ACCEPT_MAGIC, VERSION, 0) + bytes(64)
+def accept(link=TCP):
+    return struct.pack("<IHBB", ACCEPT_MAGIC, VERSION, link, 0) + bytes(64)
 
 
 def frame(space, seq, length, step=0, kind=1, magic=FRAME_MAGIC, count=None, payload=True):
@@ -41,15 +42,19 @@ def write(target, name, data):
     (d / name).write_bytes(data)
 
 
-# fuzz_tcp_handshake: mode byte (bit 7: re-sign; bits 0-2: receiving rank - 1), then a Hello [+ Accept].
-write("fuzz_tcp_handshake", "valid_resigned", bytes([0x80]) + hello())
-write("fuzz_tcp_handshake", "unsigned", bytes([0x00]) + hello())
-write("fuzz_tcp_handshake", "other_job", bytes([0x80]) + hello(job=JOB + 1))
-write("fuzz_tcp_handshake", "bad_rank", bytes([0x81]) + hello(rank=7, to=2))
-write("fuzz_tcp_handshake", "wrong_target", bytes([0x80]) + hello(to=3))
-write("fuzz_tcp_handshake", "old_version", bytes([0x80]) + hello(version=1)[:24])
-write("fuzz_tcp_handshake", "http", bytes([0x00]) + b"GET / HTTP/1.0\r\n\r\n")
-write("fuzz_tcp_handshake", "with_accept", bytes([0x80]) + hello() + accept())
+# fuzz_handshake: mode byte (bit 7: re-sign; bits 0-2: receiving rank - 1; bits 3-4: the link it
+# arrives on: TCP, shared memory, arena), then a Hello [+ Accept].
+write("fuzz_handshake", "valid_resigned", bytes([0x80]) + hello())
+write("fuzz_handshake", "unsigned", bytes([0x00]) + hello())
+write("fuzz_handshake", "other_job", bytes([0x80]) + hello(job=JOB + 1))
+write("fuzz_handshake", "bad_rank", bytes([0x81]) + hello(rank=7, to=2))
+write("fuzz_handshake", "wrong_target", bytes([0x80]) + hello(to=3))
+write("fuzz_handshake", "old_version", bytes([0x80]) + hello(version=2)[:24])
+write("fuzz_handshake", "http", bytes([0x00]) + b"GET / HTTP/1.0\r\n\r\n")
+write("fuzz_handshake", "with_accept", bytes([0x80]) + hello() + accept())
+write("fuzz_handshake", "shm_valid", bytes([0x88]) + hello(link=SHM, extra=1 << 21))
+write("fuzz_handshake", "arena_valid", bytes([0x90]) + hello(link=ARENA))
+write("fuzz_handshake", "tcp_on_shm", bytes([0x88]) + hello(link=TCP))
 
 # fuzz_tcp_stream: mode (bit 0: a valid handshake first; bit 1: EOF; bit 2: the transport connects),
 # plan (receives), then the bytes.

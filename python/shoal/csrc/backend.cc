@@ -27,85 +27,6 @@ constexpr int64_t kMonitoredBarrierTag = int64_t{1} << 40;
 
 // ---------------------------------------------------------------- lifecycle
 
-namespace {
-
-// The communicators this process created afresh (not split), with their
-// global ranks, in creation order: a later group whose ranks they all hold
-// is split from the first of them and reuses its connections.
-struct Root {
-  std::weak_ptr<Communicator> comm;
-  std::vector<int64_t> global_ranks;
-};
-std::mutex g_roots_mu;
-std::vector<Root> g_roots;  // GUARDED_BY(g_roots_mu)
-
-bool share_connections() {
-  const std::string s = shoal::env::get("SHOAL_GROUP_CONNECTIONS").value();
-  if (s == "shared") return true;
-  if (s == "own") return false;
-  throw shoal::InvalidArgument("SHOAL_GROUP_CONNECTIONS: '" + s + "' is not one of shared, own");
-}
-
-}  // namespace
-
-// A group's communicator: split from the first live root communicator that
-// holds all its ranks, else a fresh one, which becomes a root. The group's
-// rank 0 decides (a broken root, or SHOAL_GROUP_CONNECTIONS=own there, means
-// fresh) and tells the others through the group's store; they find the same
-// root (roots are created in the same order on every rank, and each member
-// holds every root that holds the group).
-std::shared_ptr<Communicator> ShoalBackend::make_communicator(const std::shared_ptr<shoal::Store>& store, int rank,
-                                                              int size, const shoal::Options& o) {
-  std::vector<int64_t> ranks = cfg_.global_ranks;
-  if (ranks.empty()) {
-    for (int r = 0; r < size; ++r) ranks.push_back(r);
-  }
-  std::shared_ptr<Communicator> parent;
-  std::vector<int> members;
-  {
-    std::lock_guard<std::mutex> g(g_roots_mu);
-    g_roots.erase(std::remove_if(g_roots.begin(), g_roots.end(), [](const Root& r) { return r.comm.expired(); }),
-                  g_roots.end());
-    for (const Root& root : g_roots) {
-      members.clear();
-      for (int64_t gr : ranks) {
-        auto it = std::find(root.global_ranks.begin(), root.global_ranks.end(), gr);
-        if (it == root.global_ranks.end()) break;
-        members.push_back(static_cast<int>(it - root.global_ranks.begin()));
-      }
-      if (members.size() == ranks.size() && (parent = root.comm.lock())) break;
-    }
-  }
-  const std::string kKey = "shoal/connections";
-  bool split = false;
-  if (size > 1 || parent) {
-    if (rank == 0) {
-      try {
-        split = share_connections() && parent && !parent->error();
-      } catch (const shoal::InvalidArgument& e) {
-        store->set_str(kKey, std::string("error ") + e.what());  // the others would wait for the answer
-        throw;
-      }
-      store->set_str(kKey, split ? "shared" : "own");
-    } else {
-      (void)share_connections();  // a bad value here is this rank's own error, before any wait
-      const std::string answer = store->get_str(kKey);
-      if (answer.rfind("error ", 0) == 0) throw shoal::InvalidArgument("the group's rank 0: " + answer.substr(6));
-      split = answer == "shared";
-      if (split && !parent) {
-        throw shoal::InvalidArgument(
-            "the group's rank 0 splits it from a communicator this rank does not have (groups created in "
-            "another order on different ranks?)");
-      }
-    }
-  }
-  if (split) return parent->split(members, store, o);  // blocks until the group's rank 0 has split
-  auto comm = Communicator::create(store, rank, size, o);
-  std::lock_guard<std::mutex> g(g_roots_mu);
-  g_roots.push_back(Root{comm, ranks});
-  return comm;
-}
-
 ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            BackendConfig cfg)
     : c10d::Backend(rank, size), cfg_(std::move(cfg)), default_timeout_ms_(0) {
@@ -116,7 +37,9 @@ ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   o.advertise_host = cfg_.advertise_host;
   o.store_host_rank = cfg_.store_host_rank;
   try {
-    comm_ = make_communicator(std::make_shared<C10dStore>(store), rank, size, o);
+    // Split from an earlier communicator holding the group when one can be
+    // (shared connections), else made afresh: the core decides.
+    comm_ = Communicator::create_or_split(std::make_shared<C10dStore>(store), rank, size, cfg_.global_ranks, o);
   } catch (const shoal::InvalidArgument& e) {
     TORCH_CHECK(false, "shoal: creating the ", cfg_.name, " backend: ", e.what());
   } catch (const shoal::Error& e) {
@@ -258,14 +181,21 @@ void ShoalBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_
   const int W = getSize();
   if (W == 1) return;
   auto token = std::make_shared<std::vector<uint8_t>>(W, 1);
+  // The barrier keeps its own deadline (wait_for below). A receive it gives
+  // up on stays posted, so its sends and receives get no deadline of their
+  // own: one that expired later would break the communicator (and every
+  // group sharing its connections) long after the barrier failed. A late
+  // token completes it; the communicator's end fails it.
+  shoal::OpOptions lingering;
+  lingering.timeout = std::chrono::hours(24 * 365);
   auto rethrow = [&](const std::exception& e) {
     C10_THROW_ERROR(DistBackendError, std::string("shoal rank ") + std::to_string(getRank()) +
                                           ": monitored_barrier: " + e.what());
   };
   try {
     if (getRank() != 0) {
-      auto s = comm->send(token->data() + getRank(), 1, DataType::kUInt8, 0, tag);
-      auto r = comm->recv(token->data(), 1, DataType::kUInt8, 0, tag);
+      auto s = comm->send(token->data() + getRank(), 1, DataType::kUInt8, 0, tag, lingering);
+      auto r = comm->recv(token->data(), 1, DataType::kUInt8, 0, tag, lingering);
       s->wait();
       if (!r->wait_for(timeout)) {
         r->on_complete([token] {});  // the buffer outlives the receive
@@ -276,7 +206,7 @@ void ShoalBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_
       return;
     }
     std::vector<WorkPtr> recvs(W);
-    for (int r = 1; r < W; ++r) recvs[r] = comm->recv(token->data() + r, 1, DataType::kUInt8, r, tag);
+    for (int r = 1; r < W; ++r) recvs[r] = comm->recv(token->data() + r, 1, DataType::kUInt8, r, tag, lingering);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::vector<int> late;
     for (int r = 1; r < W; ++r) {
@@ -296,7 +226,7 @@ void ShoalBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_
                           (wait_all_ranks ? "" : " (the first one found; pass wait_all_ranks=True for all)"));
     }
     std::vector<WorkPtr> acks;
-    for (int r = 1; r < W; ++r) acks.push_back(comm->send(token->data(), 1, DataType::kUInt8, r, tag));
+    for (int r = 1; r < W; ++r) acks.push_back(comm->send(token->data(), 1, DataType::kUInt8, r, tag, lingering));
     for (auto& a : acks) a->wait();
   } catch (const c10::Error&) {
     throw;

@@ -61,10 +61,10 @@ class Completer {
   struct Queue : std::enable_shared_from_this<Queue> {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<c10::intrusive_ptr<ShoalWork>> items;  // GUARDED_BY(mu)
-    std::vector<std::thread> threads;                 // GUARDED_BY(mu)
-    int idle = 0;                                     // GUARDED_BY(mu)
-    bool stop = false;                                // GUARDED_BY(mu)
+    std::deque<c10::intrusive_ptr<ShoalWork>> items;  // under mu
+    std::vector<std::thread> threads;                 // under mu
+    int idle = 0;                                     // under mu
+    bool stop = false;                                // under mu
     void post(c10::intrusive_ptr<ShoalWork> w);
   };
 
@@ -116,9 +116,9 @@ class ShoalWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 
   std::mutex state_mu_;
-  int pending_ = 0;                  // GUARDED_BY(state_mu_)
-  std::exception_ptr first_error_;   // GUARDED_BY(state_mu_)
-  bool future_shared_ = false;       // GUARDED_BY(state_mu_): getFuture() was called
+  int pending_ = 0;                  // under state_mu_
+  std::exception_ptr first_error_;   // under state_mu_
+  bool future_shared_ = false;       // under state_mu_: getFuture() was called
 };
 
 struct BackendConfig {
@@ -202,9 +202,7 @@ class ShoalBackend : public c10d::Backend {
 
   BackendConfig cfg_;
   mutable std::mutex mu_;
-  std::shared_ptr<Communicator> comm_;     // GUARDED_BY(mu_); null after shutdown()
-  std::shared_ptr<Communicator> make_communicator(const std::shared_ptr<shoal::Store>& store, int rank, int size,
-                                                  const shoal::Options& o);
+  std::shared_ptr<Communicator> comm_;     // under mu_; null after shutdown()
   std::unique_ptr<Completer> completer_;
   std::atomic<int64_t> default_timeout_ms_;
   std::atomic<uint64_t> seq_{0};           // collectives issued (same on every rank)

@@ -260,9 +260,7 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
       v = c.flag.load(std::memory_order_acquire);
       if (reached(v, target)) break;
       if ((i & 63) == 0) {
-        if (hooks_.broken) {
-          if (auto e = hooks_.broken()) std::rethrow_exception(e);
-        }
+        if (auto e = live_->broken()) std::rethrow_exception(e);
         const auto now = Clock::now();
         if (i == 64) {  // the first look at the clock starts both windows
           until = now + std::chrono::microseconds(spin_us_);
@@ -308,9 +306,7 @@ void HostArena::wait_beside(int peer, uint32_t target, const LazyDeadline& deadl
 void HostArena::check_peer(int peer) {
   const Line& id = line(peer);
   if (id.seq == seq_ && id.fp == fp_) return;
-  auto describe = [&](const Fingerprint& f) {
-    return hooks_.describe_fp ? hooks_.describe_fp(f) : std::string("an operation");
-  };
+  auto describe = [&](const Fingerprint& f) { return live_->describe(f); };
   throw Mismatch("collective mismatch with rank " + std::to_string(peer) +
                  " in shared memory: this rank runs seq " + std::to_string(seq_) + " " + describe(fp_) +
                  ", rank " + std::to_string(peer) + " runs seq " + std::to_string(id.seq) + " " +
@@ -319,7 +315,7 @@ void HostArena::check_peer(int peer) {
 
 void HostArena::sleep_on(int peer, uint32_t target, const LazyDeadline& deadline) {
   Line& c = line(peer);
-  const auto poll = std::chrono::milliseconds(hooks_.abort_poll_ms);
+  const auto poll = std::chrono::milliseconds(abort_poll_ms_);
   auto next_check = Clock::now() + poll;
   for (;;) {
     c.waiters.fetch_add(1, std::memory_order_seq_cst);
@@ -339,21 +335,13 @@ void HostArena::sleep_on(int peer, uint32_t target, const LazyDeadline& deadline
     }
     c.waiters.fetch_sub(1, std::memory_order_relaxed);
     if (reached(c.flag.load(std::memory_order_acquire), target)) return;
-    if (hooks_.broken) {
-      if (auto e = hooks_.broken()) std::rethrow_exception(e);
-    }
+    if (auto e = live_->broken()) std::rethrow_exception(e);
     const auto now = Clock::now();
     if (now >= next_check) {
       next_check = now + poll;
-      if (hooks_.check_abort) {
-        if (auto e = hooks_.check_abort(deadline.get())) std::rethrow_exception(e);
-      }
-      if (hooks_.peer_gone) {
-        if (auto e = hooks_.peer_gone(peer)) std::rethrow_exception(e);
-      }
-      if (hooks_.order_check) {
-        if (auto e = hooks_.order_check(peer)) std::rethrow_exception(e);
-      }
+      if (auto e = live_->check_abort(deadline.get())) std::rethrow_exception(e);
+      if (auto e = live_->peer_gone(peer)) std::rethrow_exception(e);
+      if (auto e = live_->order_check(peer)) std::rethrow_exception(e);
     }
     if (now >= deadline.get()) fail_wait(peer, target);
   }
@@ -401,9 +389,7 @@ void HostArena::read(int peer, void* dst, size_t n) {
     const ssize_t got = read_remote(pid, addr, to, n);
     if (got <= 0) {
       const int err = got < 0 ? errno : EIO;
-      if (hooks_.peer_gone) {
-        if (auto e = hooks_.peer_gone(peer)) std::rethrow_exception(e);
-      }
+      if (auto e = live_->peer_gone(peer)) std::rethrow_exception(e);
       const std::string what = "reading rank " + std::to_string(peer) + "'s buffer (process_vm_readv, seq " +
                                std::to_string(seq_) + "): " + std::strerror(err);
       if (err == ESRCH) throw PeerLost(what + ": its process is gone", peer);
@@ -419,9 +405,8 @@ void HostArena::fail_wait(int peer, uint32_t target) {
   const int phase = (target & 1) ? 1 : 2;
   std::string waiting = "rank " + std::to_string(peer) + " to reach phase " + std::to_string(phase) +
                         " of a shared-memory round of seq " + std::to_string(seq_) +
-                        (hooks_.describe_fp ? " (" + hooks_.describe_fp(fp_) + ")" : std::string());
-  if (hooks_.timed_out) std::rethrow_exception(hooks_.timed_out(waiting));
-  throw TimeoutError("timed out waiting for " + waiting);
+                        " (" + live_->describe(fp_) + ")";
+  std::rethrow_exception(live_->timed_out(waiting));
 }
 
 }  // namespace shoal::coll::arena

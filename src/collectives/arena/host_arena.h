@@ -47,10 +47,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <string>
 
+#include "transport/liveness.h"
 #include "transport/transport.h"
 
 namespace shoal::coll::arena {
@@ -59,22 +59,6 @@ using transport::Clock;
 using transport::Fingerprint;
 using transport::LazyDeadline;
 
-struct ArenaHooks {
-  // The communicator's cause when it is broken or aborted (cheap, any thread).
-  std::function<std::exception_ptr()> broken;
-  // Another rank's published cause, else null (a store lookup); given the
-  // wait's deadline.
-  std::function<std::exception_ptr(Clock::time_point deadline)> check_abort;
-  // A cause when `peer`'s process on this machine has exited, else null.
-  std::function<std::exception_ptr(int peer)> peer_gone;
-  // A cause when `peer` is blocked in another operation that this rank has
-  // not started (operations issued in different orders), else null.
-  std::function<std::exception_ptr(int peer)> order_check;
-  // The error for a wait that reached its deadline, given what it waited for.
-  std::function<std::exception_ptr(const std::string& waiting)> timed_out;
-  std::function<std::string(const Fingerprint&)> describe_fp;
-  int abort_poll_ms = 250;
-};
 
 class HostArena {
  public:
@@ -94,7 +78,14 @@ class HostArena {
   // Once every rank has it mapped: the descriptor is no longer needed.
   void close_fd();
 
-  void set_hooks(ArenaHooks h) { hooks_ = std::move(h); }
+  // What the arena asks while a rank waits for its peers (in this
+  // communicator's ranks): broken, check_abort and peer_gone every
+  // abort_poll_ms, order_check for a peer that has not arrived, timed_out at
+  // the deadline, describe for mismatches. Must outlive the arena.
+  void set_liveness(transport::Liveness* live, int abort_poll_ms = 250) {
+    live_ = live ? live : &transport::Liveness::none();
+    abort_poll_ms_ = abort_poll_ms;
+  }
   void set_spin(int us, bool yield) {
     spin_us_ = us;
     spin_yield_ = yield;
@@ -184,7 +175,8 @@ class HostArena {
   int cpu_ = -1;  // the CPU this rank began its current round on
   int same_cpu_waits_ = 0;  // waits in a row that found the peer on cpu_ (< 0: after a move)
   bool reads_ = false;
-  ArenaHooks hooks_;
+  transport::Liveness* live_ = &transport::Liveness::none();
+  int abort_poll_ms_ = 250;
 };
 
 }  // namespace shoal::coll::arena

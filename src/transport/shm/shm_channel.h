@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/net.h"
+#include "transport/handshake.h"
 #include "transport/shm/shm_segment.h"
 
 namespace shoal::transport::shm {
@@ -21,7 +22,7 @@ struct Unexpected {
   std::vector<uint8_t> data;
 };
 
-struct Channel {
+struct PeerChannel {
   int peer = -1;        // -1 for an accepted socket whose Hello is not read yet
   net::Fd sock;         // Unix socket: the handshake, doorbells, peer death
   void* map = nullptr;  // the mapped segment
@@ -38,8 +39,8 @@ struct Channel {
   // is not verified yet (until then no frame of side 1 is read).
   bool await_accept = false;
   Clock::time_point hello_deadline{};  // side 1, accepted: when a missing hello is given up
-  Hello hello;
-  Accept accept;
+  handshake::Hello hello;
+  handshake::Accept accept;
   size_t accept_have = 0;
 
   // Send side: the head of sendq is being written into the ring.
@@ -58,7 +59,7 @@ struct Channel {
   std::unique_ptr<Unexpected> unexpected_cur;
   std::deque<Unexpected> unexpected;
 
-  ~Channel();
+  ~PeerChannel();
   bool has_pending() const {
     return !sendq.empty() || !recvq.empty() || !rts_wait.empty() || rx_target != nullptr;
   }

@@ -25,25 +25,16 @@
 #include "transport/shm/shm_util.h"
 
 namespace shoal::transport::shm {
-namespace {
+using handshake::Accept;
+using handshake::Hello;
 
-// What both proofs of a channel's handshake are about (auth.h).
-auth::Transcript transcript(const Hello& h) {
-  auth::Transcript t;
-  t.link = auth::Link::kShm;
-  t.job = h.job;
-  t.from = h.rank;
-  t.to = h.to;
-  t.size = h.size;
-  std::memcpy(t.connector.data(), h.nonce, sizeof(h.nonce));
-  return t;
+handshake::Identity ShmTransport::identity() const {
+  return {opts_.job, opts_.rank, opts_.size, &opts_.secret, auth::Link::kShm};
 }
-
-}  // namespace
 
 // ---- connections ---------------------------------------------------------
 
-Channel& ShmTransport::channel_for(int peer) {
+PeerChannel& ShmTransport::channel_for(int peer) {
   if (peer < 0 || peer >= opts_.size || peer == opts_.rank) {
     throw InvalidArgument("peer: rank " + std::to_string(peer) + " is not another rank of a " +
                           std::to_string(opts_.size) + "-rank communicator (this is rank " +
@@ -51,25 +42,23 @@ Channel& ShmTransport::channel_for(int peer) {
   }
   auto& slot = peers_[peer];
   if (!slot) {
-    slot = std::make_unique<Channel>();
+    slot = std::make_unique<PeerChannel>();
     slot->peer = peer;
   }
-  Channel& c = *slot;
+  PeerChannel& c = *slot;
   if (c.dead) {
-    fail(opts_.on_lost ? opts_.on_lost(peer, c.dead_detail)
-                       : std::make_exception_ptr(PeerLost(
-                             "peer lost: " + describe_peer(peer) + ": " + c.dead_detail, peer)));
+    fail(live_.lost(peer, describe_peer(peer), c.dead_detail));
   }
   if (!c.sock && !c.ready && peer > opts_.rank) connect_to(c);
   return c;
 }
 
-void ShmTransport::connect_to(Channel& c) {
+void ShmTransport::connect_to(PeerChannel& c) {
   auto lost = [&](const std::string& why) {
     fail(std::make_exception_ptr(
         PeerLost("cannot connect to " + describe_peer(c.peer) + " over shared memory: " + why, c.peer)));
   };
-  if (opts_.peer_name && names_[c.peer].empty()) names_[c.peer] = opts_.peer_name(c.peer);
+  learn_name(c.peer);
   net::Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s) lost("socket: " + errno_text(errno));
   socklen_t len;
@@ -82,13 +71,12 @@ void ShmTransport::connect_to(Channel& c) {
       usleep(1000);
       continue;
     }
-    // Refused: the peer's socket is gone with its process. Through on_lost,
+    // Refused: the peer's socket is gone with its process. Through lost(),
     // which names the first culprit when the peer only left because another
     // rank failed.
     std::string why = "cannot connect over shared memory: connect(@" + socket_name(opts_.job, c.peer) +
                       "): " + errno_text(errno);
-    if (opts_.on_lost) fail(opts_.on_lost(c.peer, why));
-    lost(why);
+    fail(live_.lost(c.peer, describe_peer(c.peer), why));
   }
   ucred cred{};
   socklen_t cl = sizeof(cred);
@@ -118,16 +106,7 @@ void ShmTransport::connect_to(Channel& c) {
   h->side[0].seg_addr.store(reinterpret_cast<uint64_t>(m));
   c.seg = Segment(m, opts_.ring_bytes, 0);
 
-  Hello hello;
-  hello.job = opts_.job;
-  hello.rank = static_cast<uint32_t>(opts_.rank);
-  hello.size = static_cast<uint32_t>(opts_.size);
-  hello.seg_bytes = bytes;
-  hello.to = static_cast<uint32_t>(c.peer);
-  auth::Nonce nonce = auth::fresh_nonce();
-  std::memcpy(hello.nonce, nonce.data(), nonce.size());
-  auth::Mac mac = auth::prove(opts_.secret, auth::Role::kConnector, transcript(hello));
-  std::memcpy(hello.mac, mac.data(), mac.size());
+  Hello hello = handshake::make_hello(identity(), c.peer, bytes);
   iovec iov{&hello, sizeof(hello)};
   alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
@@ -149,8 +128,9 @@ void ShmTransport::connect_to(Channel& c) {
     const int e = errno;
     // The peer closed its listener between our connect and this send: it
     // has exited, which is a lost peer like a refused connection.
-    if ((e == EPIPE || e == ECONNRESET) && opts_.on_lost) {
-      fail(opts_.on_lost(c.peer, "cannot connect over shared memory: sending the hello: " + errno_text(e)));
+    if (e == EPIPE || e == ECONNRESET) {
+      fail(live_.lost(c.peer, describe_peer(c.peer),
+                      "cannot connect over shared memory: sending the hello: " + errno_text(e)));
     }
     lost("sending the hello: " + errno_text(e));
   }
@@ -181,14 +161,14 @@ void ShmTransport::accept_all() {
       ::close(fd);
       continue;
     }
-    auto c = std::make_unique<Channel>();
+    auto c = std::make_unique<PeerChannel>();
     c->sock.reset(fd);
     c->hello_deadline = Clock::now() + std::chrono::seconds(10);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.ptr = c.get();
     epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
-    Channel* raw = c.get();
+    PeerChannel* raw = c.get();
     unnamed_.push_back(std::move(c));
     read_hello(*raw);
   }
@@ -196,7 +176,7 @@ void ShmTransport::accept_all() {
 
 // Reads the Hello (and the segment's fd) of an accepted socket; on success
 // moves it into the peer's slot. Returns true if it was adopted.
-bool ShmTransport::read_hello(Channel& c) {
+bool ShmTransport::read_hello(PeerChannel& c) {
   auto reject = [&](const std::string& why) {
     ucred who{};
     socklen_t wl = sizeof(who);
@@ -236,17 +216,11 @@ bool ShmTransport::read_hello(Channel& c) {
     }
   }
   if (n <= 0) return reject(n == 0 ? "closed before its hello" : errno_text(errno));
-  if (n != static_cast<ssize_t>(sizeof(h)) || h.magic != kHelloMagic) return reject("not a shoal hello");
-  if (h.version != kVersion) return reject("protocol version " + std::to_string(h.version));
-  if (h.job != opts_.job) return reject("it belongs to another job or communicator");
-  if (h.size != static_cast<uint32_t>(opts_.size) || h.rank >= h.size ||
-      static_cast<int>(h.rank) >= opts_.rank) {
-    return reject("bad rank " + std::to_string(h.rank) + " of " + std::to_string(h.size));
+  if (n != static_cast<ssize_t>(sizeof(h))) {
+    const std::string bad = handshake::check_hello_prefix(reinterpret_cast<const uint8_t*>(&h), static_cast<size_t>(n));
+    return reject(bad.empty() ? "not a shoal hello (" + std::to_string(n) + " bytes)" : bad);
   }
-  if (h.to != static_cast<uint32_t>(opts_.rank)) return reject("it means to reach rank " + std::to_string(h.to));
-  if (!auth::verify(opts_.secret, auth::Role::kConnector, transcript(h), h.mac)) {
-    return reject("it did not prove the job's secret (a different SHOAL_SECRET, or not a rank of this job)");
-  }
+  if (std::string bad = handshake::check_hello(h, identity()); !bad.empty()) return reject(bad);
   ucred cred{};
   socklen_t cl = sizeof(cred);
   if (getsockopt(c.sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != getuid()) {
@@ -255,7 +229,7 @@ bool ShmTransport::read_hello(Channel& c) {
   if (!mfd) return reject("no segment attached");
   struct stat st {};
   size_t bytes = segment_bytes(opts_.ring_bytes);
-  if (fstat(mfd.get(), &st) != 0 || static_cast<size_t>(st.st_size) != bytes || h.seg_bytes != bytes) {
+  if (fstat(mfd.get(), &st) != 0 || static_cast<size_t>(st.st_size) != bytes || h.extra != bytes) {
     return reject("segment of the wrong size");
   }
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mfd.get(), 0);
@@ -275,25 +249,20 @@ bool ShmTransport::read_hello(Channel& c) {
   // the peer has exited meanwhile (EPIPE), what it wrote into the rings is
   // still its own, proved by the hello: the channel is adopted all the same,
   // and drains before it reports the peer gone.
-  Accept answer;
-  auth::Transcript t = transcript(h);
-  t.acceptor = auth::fresh_nonce();
-  std::memcpy(answer.nonce, t.acceptor.data(), t.acceptor.size());
-  auth::Mac mac = auth::prove(opts_.secret, auth::Role::kAcceptor, t);
-  std::memcpy(answer.mac, mac.data(), mac.size());
+  const Accept answer = handshake::make_accept(h, identity());
   ssize_t w;
   do {
     w = ::send(c.sock.get(), &answer, sizeof(answer), MSG_NOSIGNAL | MSG_DONTWAIT);
   } while (w < 0 && errno == EINTR);
   (void)w;
   auto it = std::find_if(unnamed_.begin(), unnamed_.end(), [&](auto& p) { return p.get() == &c; });
-  std::unique_ptr<Channel> owned = std::move(*it);
+  std::unique_ptr<PeerChannel> owned = std::move(*it);
   unnamed_.erase(it);
   if (!slot) {
-    slot = std::make_unique<Channel>();
+    slot = std::make_unique<PeerChannel>();
     slot->peer = peer;
   }
-  Channel& ch = *slot;
+  PeerChannel& ch = *slot;
   ch.sock = std::move(owned->sock);
   ch.map = m;
   ch.map_bytes = bytes;
@@ -307,12 +276,7 @@ bool ShmTransport::read_hello(Channel& c) {
   ev.data.ptr = &ch;
   epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, ch.sock.get(), &ev);
   active_.push_back(&ch);
-  if (opts_.peer_name && names_[peer].empty()) {
-    try {
-      names_[peer] = opts_.peer_name(peer);
-    } catch (...) {
-    }
-  }
+  learn_name(peer);
   progress(ch);
   return true;
 }
@@ -320,7 +284,7 @@ bool ShmTransport::read_hello(Channel& c) {
 // Side 0: reads side 1's answer from the socket (no byte past it) and checks
 // its proof. Returns true once it has; a bad or missing answer is a
 // connection error.
-bool ShmTransport::read_accept(Channel& c) {
+bool ShmTransport::read_accept(PeerChannel& c) {
   auto* buf = reinterpret_cast<uint8_t*>(&c.accept);
   while (c.accept_have < sizeof(Accept)) {
     ssize_t n = ::recv(c.sock.get(), buf + c.accept_have, sizeof(Accept) - c.accept_have, MSG_DONTWAIT);
@@ -337,11 +301,7 @@ bool ShmTransport::read_accept(Channel& c) {
       return false;
     }
   }
-  auth::Transcript t = transcript(c.hello);
-  std::memcpy(t.acceptor.data(), c.accept.nonce, sizeof(c.accept.nonce));
-  if (c.accept.magic != kAcceptMagic || c.accept.version != kVersion ||
-      !auth::verify(opts_.secret, auth::Role::kAcceptor, t, c.accept.mac)) {
-    std::string why = "it did not prove the job's secret (a different SHOAL_SECRET, or not a rank of this job)";
+  if (std::string why = handshake::check_accept(c.accept, c.hello, identity()); !why.empty()) {
     std::fprintf(stderr, "shoal: rank %d: rejected the shared-memory answer of %s: %s\n", opts_.rank,
                  describe_peer(c.peer).c_str(), why.c_str());
     on_conn_error(c, "its answer to this rank's hello was refused: " + why);
@@ -353,7 +313,7 @@ bool ShmTransport::read_accept(Channel& c) {
 
 // Tries to read the peer's memory; if the kernel allows it, the peer may
 // send this side single-copy (kRts) messages from now on.
-void ShmTransport::probe(Channel& c) {
+void ShmTransport::probe(PeerChannel& c) {
   if (opts_.cma_bytes == 0) {
     c.probed = true;
     return;

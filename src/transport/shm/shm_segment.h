@@ -28,7 +28,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/auth.h"
 #include "common/copy.h"
 #include "transport/transport.h"
 
@@ -36,37 +35,14 @@ namespace shoal::transport::shm {
 
 inline constexpr uint32_t kSegMagic = 0x53484d53;    // "SHMS"
 inline constexpr uint32_t kFrameMagic = 0x53484d46;  // "SHMF"
-inline constexpr uint32_t kHelloMagic = 0x53484d48;  // "SHMH"
-inline constexpr uint32_t kAcceptMagic = 0x53484d41;  // "SHMA"
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kVersion = 2;  // of the segment's layout
 inline constexpr size_t kFinSlots = 1024;
 
-// Sent once by side 0 right after connecting, with the memfd attached. Its
-// proof of the job's secret (auth::Link::kShm, docs/security.md) is checked
-// before the segment is mapped.
-struct Hello {
-  uint32_t magic = kHelloMagic;
-  uint16_t version = kVersion;
-  uint16_t reserved = 0;
-  uint64_t job = 0;
-  uint32_t rank = 0;
-  uint32_t size = 0;
-  uint64_t seg_bytes = 0;
-  uint32_t to = 0;  // the rank it means to reach
-  uint32_t reserved2 = 0;
-  uint8_t nonce[auth::kNonceBytes] = {};
-  uint8_t mac[auth::kMacBytes] = {};  // auth::prove(kConnector, ...)
-};
-
-// Side 1's answer on the Unix socket, before any doorbell: its proof, bound
-// to side 0's nonce. Side 0 reads no frame of side 1 before it checks out.
-struct Accept {
-  uint32_t magic = kAcceptMagic;
-  uint16_t version = kVersion;
-  uint16_t reserved = 0;
-  uint8_t nonce[auth::kNonceBytes] = {};
-  uint8_t mac[auth::kMacBytes] = {};  // auth::prove(kAcceptor, ...)
-};
+// A channel opens with the handshake (transport/handshake.h, link kShm):
+// side 0's Hello goes with the memfd attached, its `extra` the segment's
+// size; the segment is mapped only once the proof checks out. Side 1's
+// Accept goes first on the Unix socket, before any doorbell; side 0 reads
+// no frame of side 1 before it checks out.
 
 enum class FrameKind : uint8_t {
   kStream = 1,  // `length` payload bytes follow in the ring

@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -43,7 +42,7 @@ size_t round_pow2(size_t n) {
 
 }  // namespace
 
-Channel::~Channel() {
+PeerChannel::~PeerChannel() {
   if (map) munmap(map, map_bytes);
 }
 
@@ -53,18 +52,13 @@ std::string ShmTransport::socket_name(uint64_t job, int rank) {
   return buf;
 }
 
-ShmTransport::ShmTransport(ShmOptions opts) : opts_(std::move(opts)) {
+ShmTransport::ShmTransport(ShmOptions opts)
+    : opts_(std::move(opts)), live_(opts_.liveness ? *opts_.liveness : Liveness::none()) {
   opts_.ring_bytes = round_pow2(opts_.ring_bytes);
   peers_.resize(opts_.size);
   names_.resize(opts_.size);
   epoll_fd_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd_) throw InternalError("epoll_create1: " + errno_text(errno));
-  wake_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake_fd_) throw InternalError("eventfd: " + errno_text(errno));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.ptr = &wake_fd_;
-  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
   if (opts_.size > 1) {
     listen_fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!listen_fd_) throw InternalError("socket(AF_UNIX): " + errno_text(errno));
@@ -75,6 +69,8 @@ ShmTransport::ShmTransport(ShmOptions opts) : opts_(std::move(opts)) {
       throw InternalError("shm: cannot listen on @" + socket_name(opts_.job, opts_.rank) + ": " +
                           errno_text(errno));
     }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
     ev.data.ptr = &listen_fd_;
     epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev);
   }
@@ -84,8 +80,17 @@ ShmTransport::~ShmTransport() { close_all(); }
 
 bool ShmTransport::heard_from(int peer) const {
   if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer]) return false;
-  const Channel& c = *peers_[peer];
+  const PeerChannel& c = *peers_[peer];
   return c.sock || c.ready || c.dead || c.peer_closed;
+}
+
+// The peer's host name, for describe_peer(): once, best effort (a store read).
+void ShmTransport::learn_name(int peer) {
+  if (!names_[peer].empty()) return;
+  try {
+    names_[peer] = live_.address(peer).hostname;
+  } catch (...) {
+  }
 }
 
 std::string ShmTransport::describe_peer(int peer) const {
@@ -104,20 +109,17 @@ std::string ShmTransport::describe_peer(int peer) const {
 std::exception_ptr ShmTransport::broken() const { return broken_.get(); }
 
 void ShmTransport::abort(std::exception_ptr cause) {
-  broken_.keep(cause);
-  wake();
+  broken_.keep(cause);  // the engine wakes its driving thread (HybridTransport::abort)
 }
 
 void ShmTransport::fail(std::exception_ptr cause) {
   std::exception_ptr first = broken_.keep(cause);
   if (!closed_) {
     closed_ = true;
-    if (opts_.on_break) {
-      try {
-        opts_.on_break(first);
-      } catch (...) {
-        // Publishing the cause is best effort; the local error stands.
-      }
+    try {
+      live_.broke(first);
+    } catch (...) {
+      // Publishing the cause is best effort; the local error stands.
     }
     close_all();
   }
@@ -146,14 +148,14 @@ void ShmTransport::close_all() {
 // The peer closed its socket: it exited, normally or not. Messages it wrote
 // before are still in the rings; the channel dies once they are taken, or at
 // once if something posted here can no longer complete.
-void ShmTransport::on_peer_closed(Channel& c) {
+void ShmTransport::on_peer_closed(PeerChannel& c) {
   c.peer_closed = true;
   c.sock.reset();
   progress(c);
   check_closed(c);
 }
 
-void ShmTransport::check_closed(Channel& c) {
+void ShmTransport::check_closed(PeerChannel& c) {
   if (!c.peer_closed || c.dead) return;
   bool drained = !c.have_hdr && c.seg.rx_avail() == 0;
   bool stuck = !c.sendq.empty() || !c.rts_wait.empty() || c.rx_target != nullptr ||
@@ -167,7 +169,7 @@ void ShmTransport::check_closed(Channel& c) {
   }
 }
 
-void ShmTransport::on_conn_error(Channel& c, const std::string& detail) {
+void ShmTransport::on_conn_error(PeerChannel& c, const std::string& detail) {
   if (c.peer < 0) {
     c.dead = true;
     c.sock.reset();
@@ -178,15 +180,8 @@ void ShmTransport::on_conn_error(Channel& c, const std::string& detail) {
   c.sock.reset();
   active_.erase(std::remove(active_.begin(), active_.end(), &c), active_.end());
   if (c.has_pending() || !any_recvs_.empty()) {
-    if (names_[c.peer].empty() && opts_.peer_name) {
-      try {
-        names_[c.peer] = opts_.peer_name(c.peer);
-      } catch (...) {
-      }
-    }
-    fail(opts_.on_lost ? opts_.on_lost(c.peer, detail)
-                       : std::make_exception_ptr(PeerLost(
-                             "peer lost: " + describe_peer(c.peer) + ": " + detail, c.peer)));
+    learn_name(c.peer);
+    fail(live_.lost(c.peer, describe_peer(c.peer), detail));
   }
 }
 
@@ -195,7 +190,7 @@ void ShmTransport::on_conn_error(Channel& c, const std::string& detail) {
 void ShmTransport::post_send(Request* r) {
   check_broken();
   if (r->len > 0 && r->buf == nullptr) throw InvalidArgument("buffer: null with non-zero size");
-  Channel& c = channel_for(r->peer);
+  PeerChannel& c = channel_for(r->peer);
   r->done = 0;
   r->complete = false;
   c.sendq.push_back(r);
@@ -206,7 +201,7 @@ void ShmTransport::post_send(Request* r) {
 // A P2P message buffered while no receive matched has arrived whole. A
 // receive posted meanwhile (while it was still streaming in) takes it now;
 // otherwise it waits in `unexpected`.
-void ShmTransport::file_unexpected(Channel& c) {
+void ShmTransport::file_unexpected(PeerChannel& c) {
   c.unexpected.push_back(std::move(*c.unexpected_cur));
   c.unexpected_cur.reset();
   const Tag tag = c.unexpected.back().hdr.tag();
@@ -215,7 +210,7 @@ void ShmTransport::file_unexpected(Channel& c) {
   if (r) take_unexpected(c, r);
 }
 
-bool ShmTransport::take_unexpected(Channel& c, Request* r) {
+bool ShmTransport::take_unexpected(PeerChannel& c, Request* r) {
   for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
     if (!(it->hdr.tag() == r->tag)) continue;
     if (it->hdr.length != r->len) fail(size_mismatch(describe_peer(c.peer), r->tag, r->len, it->hdr.length));
@@ -248,7 +243,7 @@ void ShmTransport::post_recv(Request* r) {
     }
     any_recvs_.push_back(r);
     for (int p = opts_.rank + 1; p < opts_.size; ++p) {
-      if (opts_.is_local && opts_.is_local(p)) channel_for(p);
+      if (live_.is_local(p)) channel_for(p);
     }
     for (size_t i = 0; i < active_.size(); ++i) try_read(*active_[i]);
     return;
@@ -257,7 +252,7 @@ void ShmTransport::post_recv(Request* r) {
       peers_[r->peer]->ready && take_unexpected(*peers_[r->peer], r)) {
     return;  // (also from a peer that has exited since)
   }
-  Channel& c = channel_for(r->peer);
+  PeerChannel& c = channel_for(r->peer);
   c.recvq.push_back(r);
   if (c.ready) try_read(c);
   check_closed(c);
@@ -271,14 +266,14 @@ bool ShmTransport::cancel(Request* r) {
 
 // ---- progress ------------------------------------------------------------
 
-void ShmTransport::ring_doorbell(Channel& c) {
+void ShmTransport::ring_doorbell(PeerChannel& c) {
   if (!c.seg.take_peer_sleeping() || !c.sock) return;
   char b = 1;
   ssize_t n = ::send(c.sock.get(), &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
   (void)n;  // a full socket already holds a doorbell; a dead one shows in epoll
 }
 
-void ShmTransport::send_fin(Channel& c, uint64_t cookie) {
+void ShmTransport::send_fin(PeerChannel& c, uint64_t cookie) {
   if (c.fin_backlog.empty() && c.seg.fin_push(cookie)) {
     ring_doorbell(c);
   } else {
@@ -286,7 +281,7 @@ void ShmTransport::send_fin(Channel& c, uint64_t cookie) {
   }
 }
 
-bool ShmTransport::reap_fins(Channel& c) {
+bool ShmTransport::reap_fins(PeerChannel& c) {
   bool moved = false;
   while (!c.fin_backlog.empty() && c.seg.fin_push(c.fin_backlog.front())) {
     c.fin_backlog.pop_front();
@@ -309,7 +304,7 @@ bool ShmTransport::reap_fins(Channel& c) {
   return moved;
 }
 
-bool ShmTransport::try_write(Channel& c) {
+bool ShmTransport::try_write(PeerChannel& c) {
   bool moved = false;
   while (!c.sendq.empty()) {
     Request* r = c.sendq.front();
@@ -355,7 +350,7 @@ bool ShmTransport::try_write(Channel& c) {
   return moved;
 }
 
-bool ShmTransport::match(Channel& c) {
+bool ShmTransport::match(PeerChannel& c) {
   const ShmFrame& h = c.rx_hdr;
   const Tag tag = h.tag();
   Request* found = take_posted(c.recvq, tag);
@@ -363,7 +358,7 @@ bool ShmTransport::match(Channel& c) {
   const Arrival m{c.peer, tag, h.fp, h.length};
   auto name = [this](int p) { return describe_peer(p); };
   if (found) {
-    if (auto e = check_matched(*found, m, opts_.describe_fp, name)) fail(e);
+    if (auto e = check_matched(*found, m, live_, name)) fail(e);
     found->source = c.peer;
     c.rx_target = found;
     return true;
@@ -387,11 +382,11 @@ bool ShmTransport::match(Channel& c) {
   }
   // A collective message nobody has asked for yet: it waits at the head of
   // the ring, unless the ranks disagree on the sequence of collectives.
-  if (auto e = check_order(c.recvq, m, opts_.describe_fp, name)) fail(e);
+  if (auto e = check_order(c.recvq, m, live_, name)) fail(e);
   return false;
 }
 
-void ShmTransport::read_rts(Channel& c, Request* r, const ShmFrame& h) {
+void ShmTransport::read_rts(PeerChannel& c, Request* r, const ShmFrame& h) {
   size_t done = 0;
   while (done < h.length) {
     iovec local{static_cast<char*>(r->buf) + done, h.length - done};
@@ -404,9 +399,7 @@ void ShmTransport::read_rts(Channel& c, Request* r, const ShmFrame& h) {
                            (n < 0 ? errno_text(errno) : "no progress");
       c.dead = true;
       c.dead_detail = detail;
-      fail(opts_.on_lost ? opts_.on_lost(c.peer, detail)
-                         : std::make_exception_ptr(PeerLost(
-                               "peer lost: " + describe_peer(c.peer) + ": " + detail, c.peer)));
+      fail(live_.lost(c.peer, describe_peer(c.peer), detail));
     }
     done += static_cast<size_t>(n);
   }
@@ -415,16 +408,14 @@ void ShmTransport::read_rts(Channel& c, Request* r, const ShmFrame& h) {
   if (c.seg.hdr()->side[c.seg.other()].broken.load(std::memory_order_seq_cst)) {
     c.dead = true;
     c.dead_detail = "it failed while this rank read its message";
-    fail(opts_.on_lost ? opts_.on_lost(c.peer, c.dead_detail)
-                       : std::make_exception_ptr(PeerLost(
-                             "peer lost: " + describe_peer(c.peer) + ": " + c.dead_detail, c.peer)));
+    fail(live_.lost(c.peer, describe_peer(c.peer), c.dead_detail));
   }
   r->done = h.length;
   r->complete = true;
   send_fin(c, h.cookie);
 }
 
-bool ShmTransport::try_read(Channel& c) {
+bool ShmTransport::try_read(PeerChannel& c) {
   if (c.await_accept) return false;  // side 1 has not proved the secret yet
   bool moved = false, consumed = false;
   while (c.ready) {
@@ -474,7 +465,7 @@ bool ShmTransport::try_read(Channel& c) {
   return moved;
 }
 
-bool ShmTransport::progress(Channel& c) {
+bool ShmTransport::progress(PeerChannel& c) {
   if (!c.ready || c.dead) return false;
   if (!c.probed) probe(c);
   bool moved = reap_fins(c);
@@ -493,17 +484,11 @@ int ShmTransport::handle_events(int timeout_ms) {
   }
   for (int i = 0; i < n; ++i) {
     void* p = evs[i].data.ptr;
-    if (p == &wake_fd_) {
-      uint64_t v;
-      while (::read(wake_fd_.get(), &v, sizeof(v)) > 0) {
-      }
-      continue;
-    }
     if (p == &listen_fd_) {
       if (listen_fd_) accept_all();
       continue;
     }
-    Channel* c = static_cast<Channel*>(p);
+    PeerChannel* c = static_cast<PeerChannel*>(p);
     if (c->dead || !c->sock) continue;
     if (c->peer < 0) {
       read_hello(*c);
@@ -552,7 +537,7 @@ bool ShmTransport::poll() {
 
 bool ShmTransport::arm() {
   events_due_ = true;
-  for (Channel* c : active_) c->seg.set_sleeping();
+  for (PeerChannel* c : active_) c->seg.set_sleeping();
   bool moved = false;
   for (size_t i = 0; i < active_.size(); ++i) moved |= progress(*active_[i]);
   return !moved;
@@ -573,7 +558,7 @@ std::string ShmTransport::pending_summary(Request* const* reqs, size_t n) const 
     }
     o << " (" << describe_tag(r->tag) << ", " << r->done << " of " << r->len << " bytes)";
     if (r->peer >= 0 && r->peer < opts_.size && peers_[r->peer]) {
-      const Channel& c = *peers_[r->peer];
+      const PeerChannel& c = *peers_[r->peer];
       o << " [channel: " << (c.ready ? "open" : (c.dead ? "dead" : "not connected"));
       if (c.have_hdr && !c.rx_target) o << ", holds a message for " << describe_tag(c.rx_hdr.tag()) << " not asked for yet";
       o << ", " << c.sendq.size() << " sends queued, " << c.rts_wait.size() << " awaiting the reader, "
@@ -581,39 +566,6 @@ std::string ShmTransport::pending_summary(Request* const* reqs, size_t n) const 
     }
   }
   return o.str();
-}
-
-void ShmTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
-  check_broken();
-  const auto spin_until = Clock::now() + std::chrono::microseconds(spin_us_);
-  for (;;) {
-    bool all = true;
-    for (size_t i = 0; i < n && all; ++i) all = reqs[i]->complete;
-    if (all) return;
-    auto now = Clock::now();
-    if (now >= deadline) {
-      fail(std::make_exception_ptr(TimeoutError("timed out waiting for " + pending_summary(reqs, n))));
-    }
-    if (poll() || now < spin_until || !arm()) continue;
-    auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-    handle_events(static_cast<int>(std::clamp<int64_t>(ms, 1, 100)));
-    check_broken();
-  }
-}
-
-void ShmTransport::poll_wait(Clock::time_point until) {
-  check_broken();
-  if (!poll() && arm()) {
-    auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
-    handle_events(static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
-  }
-  check_broken();
-}
-
-void ShmTransport::wake() {
-  uint64_t one = 1;
-  ssize_t r = ::write(wake_fd_.get(), &one, sizeof(one));
-  (void)r;
 }
 
 }  // namespace shoal::transport::shm

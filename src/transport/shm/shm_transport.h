@@ -13,13 +13,12 @@
 // its buffer's address, the receiver reads it straight into the destination
 // with process_vm_readv and acknowledges, which completes the send.
 //
-// Failure: like the TCP transport, the first cause is kept, `on_break` is
-// called with it, and every socket is shut so that peers fail too.
+// Failure: like the TCP transport, the first cause is kept, Liveness::broke()
+// is called with it, and every socket is shut so that peers fail too.
 #pragma once
 
 #include <atomic>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +27,8 @@
 #include "common/auth.h"
 #include "common/net.h"
 #include "transport/first_cause.h"
+#include "transport/handshake.h"
+#include "transport/liveness.h"
 #include "transport/transport.h"
 
 namespace shoal::transport::shm {
@@ -39,20 +40,18 @@ struct ShmOptions {
   auth::Secret secret;          // the job's secret: each channel proves it both ways
   size_t ring_bytes = 1 << 20;  // per direction; rounded up to a power of two
   size_t cma_bytes = 64 << 10;  // single-copy from this size (0: never)
-  // The peer's name for messages ("host"); may block.
-  std::function<std::string(int peer)> peer_name;
-  // Whether `peer` is on this host (any-source receives connect to the
-  // higher local ranks, as only lower ranks connect on their own); may block.
-  std::function<bool(int peer)> is_local;
-  std::function<void(std::exception_ptr)> on_break;
-  std::function<std::exception_ptr(int peer, const std::string& detail)> on_lost;
-  std::function<std::string(const Fingerprint&)> describe_fp;
+  // The peers' names for messages (address().hostname), which of them are
+  // on this host (any-source receives connect to the higher local ranks, as
+  // only lower ranks connect on their own), and what a break or a lost
+  // channel means for the job. Owned by the core; must outlive the
+  // transport. Null: knows nothing.
+  Liveness* liveness = nullptr;
 };
 
-struct Channel;
+struct PeerChannel;
 struct ShmFrame;
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public transport::Channel {
  public:
   explicit ShmTransport(ShmOptions opts);
   ~ShmTransport() override;
@@ -61,11 +60,7 @@ class ShmTransport final : public Transport {
   int size() const override { return opts_.size; }
   void post_send(Request* r) override;
   void post_recv(Request* r) override;
-  void wait(Request* const* reqs, size_t n, Clock::time_point deadline) override;
   bool poll() override;
-  void poll_wait(Clock::time_point until) override;
-  void wake() override;
-  void set_spin_us(int us) override { spin_us_ = us; }
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
@@ -79,43 +74,44 @@ class ShmTransport final : public Transport {
   static std::string socket_name(uint64_t job, int rank);
 
  private:
-  Channel& channel_for(int peer);
-  void connect_to(Channel& c);
+  void learn_name(int peer);
+  handshake::Identity identity() const;
+  PeerChannel& channel_for(int peer);
+  void connect_to(PeerChannel& c);
   void accept_all();
-  bool read_hello(Channel& c);
-  bool read_accept(Channel& c);
-  void probe(Channel& c);
-  bool progress(Channel& c);  // returns true if anything moved
-  bool try_write(Channel& c);
-  bool try_read(Channel& c);
-  bool reap_fins(Channel& c);
-  bool match(Channel& c);
-  void read_rts(Channel& c, Request* r, const ShmFrame& h);
-  void send_fin(Channel& c, uint64_t cookie);
-  void ring_doorbell(Channel& c);
-  void on_conn_error(Channel& c, const std::string& detail);
-  void on_peer_closed(Channel& c);
-  void check_closed(Channel& c);
-  bool take_unexpected(Channel& c, Request* r);
-  void file_unexpected(Channel& c);
+  bool read_hello(PeerChannel& c);
+  bool read_accept(PeerChannel& c);
+  void probe(PeerChannel& c);
+  bool progress(PeerChannel& c);  // returns true if anything moved
+  bool try_write(PeerChannel& c);
+  bool try_read(PeerChannel& c);
+  bool reap_fins(PeerChannel& c);
+  bool match(PeerChannel& c);
+  void read_rts(PeerChannel& c, Request* r, const ShmFrame& h);
+  void send_fin(PeerChannel& c, uint64_t cookie);
+  void ring_doorbell(PeerChannel& c);
+  void on_conn_error(PeerChannel& c, const std::string& detail);
+  void on_peer_closed(PeerChannel& c);
+  void check_closed(PeerChannel& c);
+  bool take_unexpected(PeerChannel& c, Request* r);
+  void file_unexpected(PeerChannel& c);
   int handle_events(int timeout_ms);
   void check_broken();
   [[noreturn]] void fail(std::exception_ptr cause);
   void close_all();
 
   ShmOptions opts_;
+  Liveness& live_;  // opts_.liveness, or Liveness::none()
   net::Fd listen_fd_;
   net::Fd epoll_fd_;
-  net::Fd wake_fd_;
-  std::vector<std::unique_ptr<Channel>> peers_;
-  std::vector<std::unique_ptr<Channel>> unnamed_;
-  std::vector<Channel*> active_;  // channels that are connected (polled)
+  std::vector<std::unique_ptr<PeerChannel>> peers_;
+  std::vector<std::unique_ptr<PeerChannel>> unnamed_;
+  std::vector<PeerChannel*> active_;  // channels that are connected (polled)
   std::deque<Request*> any_recvs_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_;  // peers' host names (learn_name)
 
   FirstCause broken_;
   bool closed_ = false;
-  int spin_us_ = 0;
   unsigned poll_count_ = 0;
   bool events_due_ = false;  // arm() was called: look at the sockets next poll
 };

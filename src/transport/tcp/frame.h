@@ -1,13 +1,12 @@
 // transport/tcp/frame.h — the wire format of the TCP transport.
 //
-// A connection starts with one Hello from the connecting (lower) rank, which
-// carries its proof of the job's secret, and one Accept back from the
-// accepting rank, which carries that rank's proof, bound to the connector's
-// nonce (docs/security.md). Each side believes no frame of the other before
-// the other's proof checks out. Then the connection carries a stream of
-// frames in both directions: a fixed 48-byte FrameHeader followed by
-// `length` payload bytes. Integers are in host byte order: the transport
-// refuses peers whose Hello has a different byte-order marker (the magic).
+// A connection starts with the handshake (transport/handshake.h): one Hello
+// from the connecting (lower) rank and one Accept back, each carrying its
+// sender's proof of the job's secret. Each side believes no frame of the
+// other before the other's proof checks out. Then the connection carries a
+// stream of frames in both directions: a fixed 48-byte FrameHeader followed
+// by `length` payload bytes, in host byte order (the handshake refuses a
+// peer whose byte order differs).
 #pragma once
 
 #include <cstddef>
@@ -15,59 +14,12 @@
 #include <cstring>
 #include <string>
 
-#include "common/auth.h"
+#include "transport/handshake.h"
 #include "transport/transport.h"
 
 namespace shoal::transport::tcp {
 
-inline constexpr uint32_t kHelloMagic = 0x53484c48;   // "SHLH"
-inline constexpr uint32_t kAcceptMagic = 0x53484c41;  // "SHLA"
-inline constexpr uint32_t kFrameMagic = 0x53484c46;   // "SHLF"
-inline constexpr uint16_t kProtocolVersion = 2;
-
-struct Hello {
-  uint32_t magic = kHelloMagic;
-  uint16_t version = kProtocolVersion;
-  uint16_t reserved = 0;
-  uint64_t job = 0;   // the communicator's unique id, from the rendezvous
-  uint32_t rank = 0;  // the connecting rank
-  uint32_t size = 0;  // its world size
-  uint32_t to = 0;    // the rank it means to reach
-  uint32_t reserved2 = 0;
-  uint8_t nonce[auth::kNonceBytes] = {};  // fresh for this connection
-  uint8_t mac[auth::kMacBytes] = {};      // auth::prove(kConnector, ...) over the above
-};
-static_assert(sizeof(Hello) == 96);
-
-// The accepting rank's answer: the first bytes it sends on the connection.
-struct Accept {
-  uint32_t magic = kAcceptMagic;
-  uint16_t version = kProtocolVersion;
-  uint16_t reserved = 0;
-  uint8_t nonce[auth::kNonceBytes] = {};  // the acceptor's, fresh
-  uint8_t mac[auth::kMacBytes] = {};      // auth::prove(kAcceptor, ...) over both nonces
-};
-static_assert(sizeof(Accept) == 72);
-
-// Who this end of a connection is, to make and check hellos.
-struct Identity {
-  uint64_t job = 0;
-  int rank = 0;
-  int size = 1;
-  const auth::Secret* secret = nullptr;
-};
-
-// The connector's Hello to rank `to`, with a fresh nonce and its proof.
-Hello make_hello(const Identity& me, int to);
-// The acceptor's checks, cheapest first. check_hello_prefix looks at the
-// first n bytes received (any n) so that a stranger is turned away before it
-// has sent a whole hello. Each returns "" when the bytes pass, else why not.
-std::string check_hello_prefix(const uint8_t* p, size_t n);
-std::string check_hello(const Hello& h, const Identity& me);
-// The acceptor's answer to a hello that passed check_hello.
-Accept make_accept(const Hello& h, const Identity& me);
-// The connector's check of the answer to the hello it sent (to `sent.to`).
-std::string check_accept(const Accept& a, const Hello& sent, const Identity& me);
+inline constexpr uint32_t kFrameMagic = 0x53484c46;  // "SHLF"
 
 enum class FrameKind : uint8_t { kData = 1 };
 

@@ -32,8 +32,8 @@ struct Conn {
   std::string from;
   Clock::time_point hello_deadline{};
   bool await_accept = false;  // no frame is read before the answer checks out
-  Hello hello;
-  Accept accept;
+  handshake::Hello hello;
+  handshake::Accept accept;
   size_t accept_have = 0;
   bool readable = true;
   bool writable = true;

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +16,9 @@
 #include "transport/tcp/tcp_conn.h"
 
 namespace shoal::transport::tcp {
+
+using handshake::Accept;
+using handshake::Hello;
 namespace {
 
 // Payload remainders at least this large are read straight into the
@@ -33,21 +35,17 @@ std::string errno_text(int e) { return std::string(strerror(e)); }
 
 }  // namespace
 
-TcpTransport::TcpTransport(TcpOptions opts) : opts_(std::move(opts)) {
+TcpTransport::TcpTransport(TcpOptions opts)
+    : opts_(std::move(opts)), live_(opts_.liveness ? *opts_.liveness : Liveness::none()) {
   peers_.resize(opts_.size);
   addr_cache_.resize(opts_.size);
   epoll_fd_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd_) throw InternalError("epoll_create1: " + errno_text(errno));
-  wake_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake_fd_) throw InternalError("eventfd: " + errno_text(errno));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.ptr = &wake_fd_;
-  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
   if (opts_.size > 1) {
     listen_fd_ = net::listen_tcp(opts_.bind_host, 0);
     net::set_nonblocking(listen_fd_.get(), true);
     listen_port_ = net::bound_port(listen_fd_.get());
+    epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = &listen_fd_;
     epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev);
@@ -76,20 +74,17 @@ std::string TcpTransport::describe_peer(int peer) const {
 std::exception_ptr TcpTransport::broken() const { return broken_.get(); }
 
 void TcpTransport::abort(std::exception_ptr cause) {
-  broken_.keep(cause);
-  wake();
+  broken_.keep(cause);  // the engine wakes its driving thread (HybridTransport::abort)
 }
 
 void TcpTransport::fail(std::exception_ptr cause) {
   std::exception_ptr first = broken_.keep(cause);
   if (!closed_) {
     closed_ = true;
-    if (opts_.on_break) {
-      try {
-        opts_.on_break(first);
-      } catch (...) {
-        // Publishing the cause is best effort; the local error stands.
-      }
+    try {
+      live_.broke(first);
+    } catch (...) {
+      // Publishing the cause is best effort; the local error stands.
     }
     close_all();
   }
@@ -124,11 +119,7 @@ void TcpTransport::on_conn_error(Conn& c, const std::string& detail) {
   c.dead_detail = detail;
   c.fd.reset();
   if (pending) {
-    std::exception_ptr cause =
-        opts_.on_lost ? opts_.on_lost(c.peer, detail)
-                      : std::make_exception_ptr(PeerLost(
-                            "peer lost: " + describe_peer(c.peer) + ": " + detail, c.peer));
-    fail(cause);
+    fail(live_.lost(c.peer, describe_peer(c.peer), detail));
   }
 }
 
@@ -147,9 +138,7 @@ Conn& TcpTransport::conn_for(int peer) {
   }
   Conn& c = *slot;
   if (c.dead) {
-    fail(opts_.on_lost ? opts_.on_lost(peer, c.dead_detail)
-                       : std::make_exception_ptr(PeerLost(
-                             "peer lost: " + describe_peer(peer) + ": " + c.dead_detail, peer)));
+    fail(live_.lost(peer, describe_peer(peer), c.dead_detail));
   }
   if (!c.fd && peer > opts_.rank) connect_to(c);
   return c;
@@ -157,14 +146,14 @@ Conn& TcpTransport::conn_for(int peer) {
 
 void TcpTransport::connect_to(Conn& c) {
   try {
-    if (addr_cache_[c.peer].host.empty()) addr_cache_[c.peer] = opts_.lookup(c.peer);
+    if (addr_cache_[c.peer].host.empty()) addr_cache_[c.peer] = live_.address(c.peer);
     const PeerAddress& a = addr_cache_[c.peer];
     auto deadline = Clock::now() + opts_.connect_timeout;
     // The peer published its address after it began to listen: a refusal
     // means its process (or its communicator) is gone.
     net::Fd fd = net::connect_tcp(a.host, a.port, deadline, net::Refused::kFinal);
     if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd.get(), opts_.socket_buffer);
-    Hello h = make_hello(identity(), c.peer);
+    Hello h = handshake::make_hello(identity(), c.peer);
     if (!net::write_full(fd.get(), &h, sizeof(h), deadline)) {
       throw PeerLost("connection closed during the hello", c.peer);
     }
@@ -181,9 +170,7 @@ void TcpTransport::connect_to(Conn& c) {
     // Through on_lost, which names the first culprit when this peer only
     // left because another rank failed.
     std::string detail = std::string("cannot connect: ") + e.what();
-    fail(opts_.on_lost ? opts_.on_lost(c.peer, detail)
-                       : std::make_exception_ptr(PeerLost("peer lost: " + describe_peer(c.peer) + ": " + detail,
-                                                          c.peer)));
+    fail(live_.lost(c.peer, describe_peer(c.peer), detail));
   }
 }
 
@@ -238,7 +225,7 @@ bool TcpTransport::read_hello(Conn& c) {
     ssize_t n = ::recv(c.fd.get(), c.stage.data() + c.hi, sizeof(Hello) - c.staged(), 0);
     if (n > 0) {
       c.hi += static_cast<size_t>(n);
-      std::string bad = check_hello_prefix(c.stage.data() + c.lo, c.staged());
+      std::string bad = handshake::check_hello_prefix(c.stage.data() + c.lo, c.staged());
       if (!bad.empty()) return reject(bad), false;
     } else if (n == 0) {
       reject("closed before its hello");
@@ -256,7 +243,7 @@ bool TcpTransport::read_hello(Conn& c) {
   Hello h;
   std::memcpy(&h, c.stage.data() + c.lo, sizeof(h));
   c.lo += sizeof(h);
-  std::string bad = check_hello(h, identity());
+  std::string bad = handshake::check_hello(h, identity());
   if (!bad.empty()) return reject(bad), false;
   int peer = static_cast<int>(h.rank);
   auto& slot = peers_[peer];
@@ -267,7 +254,7 @@ bool TcpTransport::read_hello(Conn& c) {
   // buffer: it goes whole, or the connection is broken. A peer that has
   // exited meanwhile left frames that its hello proved: they are read all
   // the same, then its end of the connection.
-  Accept a = make_accept(h, identity());
+  Accept a = handshake::make_accept(h, identity());
   ssize_t w;
   do {
     w = ::send(c.fd.get(), &a, sizeof(a), MSG_NOSIGNAL);
@@ -289,9 +276,9 @@ bool TcpTransport::read_hello(Conn& c) {
     owned->peer = peer;
     slot = std::move(owned);
   }
-  if (addr_cache_[peer].host.empty() && opts_.lookup) {
+  if (addr_cache_[peer].host.empty()) {
     try {
-      addr_cache_[peer] = opts_.lookup(peer);
+      addr_cache_[peer] = live_.address(peer);
     } catch (...) {
     }
   }
@@ -453,7 +440,7 @@ bool TcpTransport::read_accept(Conn& c) {
       return false;
     }
   }
-  std::string bad = check_accept(c.accept, c.hello, identity());
+  std::string bad = handshake::check_accept(c.accept, c.hello, identity());
   if (!bad.empty()) {
     std::fprintf(stderr, "shoal: rank %d: rejected the answer of %s: %s\n", opts_.rank,
                  describe_peer(c.peer).c_str(), bad.c_str());
@@ -472,7 +459,7 @@ bool TcpTransport::match(Conn& c) {
   const Arrival m{c.peer, tag, h.fp, h.length};
   auto name = [this](int p) { return describe_peer(p); };
   if (found) {
-    if (auto e = check_matched(*found, m, opts_.describe_fp, name)) fail(e);
+    if (auto e = check_matched(*found, m, live_, name)) fail(e);
     found->source = c.peer;
     c.rx_target = found;
     return true;
@@ -498,7 +485,7 @@ bool TcpTransport::match(Conn& c) {
   }
   // A collective message nobody has asked for yet: it waits in the kernel,
   // unless the ranks disagree on the sequence of collectives.
-  if (auto e = check_order(c.recvq, m, opts_.describe_fp, name)) fail(e);
+  if (auto e = check_order(c.recvq, m, live_, name)) fail(e);
   return false;
 }
 
@@ -599,12 +586,6 @@ int TcpTransport::handle_events(int timeout_ms) {
   }
   for (int i = 0; i < n; ++i) {
     void* p = evs[i].data.ptr;
-    if (p == &wake_fd_) {
-      uint64_t v;
-      while (::read(wake_fd_.get(), &v, sizeof(v)) > 0) {
-      }
-      continue;
-    }
     if (p == &listen_fd_) {
       if (listen_fd_) accept_all();
       continue;
@@ -654,56 +635,11 @@ std::string TcpTransport::pending_summary(Request* const* reqs, size_t n) const 
   return o.str();
 }
 
-void TcpTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
-  check_broken();
-  const auto spin_until = Clock::now() + std::chrono::microseconds(spin_us_);
-  auto next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
-  for (;;) {
-    bool all = true;
-    for (size_t i = 0; i < n; ++i) {
-      if (!reqs[i]->complete) {
-        all = false;
-        break;
-      }
-    }
-    if (all) return;
-    auto now = Clock::now();
-    if (now >= deadline) {
-      fail(std::make_exception_ptr(TimeoutError("timed out waiting for " + pending_summary(reqs, n))));
-    }
-    int timeout_ms = 0;
-    if (now >= spin_until) {
-      auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 1, opts_.abort_poll_ms));
-    }
-    if (handle_events(timeout_ms) == 0 && timeout_ms > 0 && opts_.check_abort &&
-        Clock::now() >= next_abort_check) {
-      // Blocked with nothing moving: has another rank failed the job?
-      next_abort_check = Clock::now() + std::chrono::milliseconds(opts_.abort_poll_ms);
-      if (auto cause = opts_.check_abort(deadline)) fail(cause);
-    }
-    check_broken();
-  }
-}
-
 bool TcpTransport::poll() {
   check_broken();
   bool moved = handle_events(0) > 0;
   check_broken();
   return moved;
-}
-
-void TcpTransport::poll_wait(Clock::time_point until) {
-  check_broken();
-  auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
-  handle_events(static_cast<int>(std::clamp<int64_t>(ms, 0, 1000)));
-  check_broken();
-}
-
-void TcpTransport::wake() {
-  uint64_t one = 1;
-  ssize_t r = ::write(wake_fd_.get(), &one, sizeof(one));
-  (void)r;
 }
 
 }  // namespace shoal::transport::tcp

@@ -7,13 +7,13 @@
 // before it reads a frame and answers with its own, which the connector
 // checks before it reads a frame (frame.h). An accepted socket that does not
 // complete a valid hello within TcpOptions::hello_timeout is dropped; each rejection is
-// one line on stderr naming the peer's address, and the job goes on. Sockets are non-blocking and edge-triggered; the executor
-// thread drives them in wait()/poll()/poll_wait(): it spins for set_spin_us()
-// before blocking in epoll_wait (useful when ranks <= cores).
+// one line on stderr naming the peer's address, and the job goes on. Sockets
+// are non-blocking and edge-triggered; the progress engine (hybrid_transport.h)
+// polls them and blocks on event_fd().
 //
 // Failure: an error on a connection with pending requests (EOF, reset, a bad
 // frame, a mismatch) or a timeout breaks the transport. The first cause is
-// kept, `on_break` is called with it (the core publishes it to the store so
+// kept, Liveness::broke() is called with it (the core publishes it to the store so
 // that other ranks can name the culprit), then every socket is closed so that
 // peers blocked on this rank fail too instead of hanging.
 #pragma once
@@ -22,7 +22,6 @@
 
 #include <atomic>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,18 +29,11 @@
 
 #include "common/net.h"
 #include "transport/first_cause.h"
+#include "transport/liveness.h"
 #include "transport/tcp/frame.h"
 #include "transport/transport.h"
 
 namespace shoal::transport::tcp {
-
-struct PeerAddress {
-  std::string host;      // numeric address to connect to
-  uint16_t port = 0;
-  std::string hostname;  // for messages
-  std::string host_id;   // net::host_identity() of the peer's host
-  std::string process;   // proc::self_token() of the peer (may be empty)
-};
 
 struct TcpOptions {
   int rank = 0;
@@ -53,29 +45,20 @@ struct TcpOptions {
   std::string bind_host = "0.0.0.0";
   int socket_buffer = 4 << 20;      // SO_SNDBUF/SO_RCVBUF, 0 = kernel default
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};
-  // Where a peer listens (the core reads it from the store). May block.
-  std::function<PeerAddress(int peer)> lookup;
-  // Called once, on the driving thread, with the first cause of a break,
-  // before any socket is closed.
-  std::function<void(std::exception_ptr)> on_break;
-  // Turns "connection to `peer` lost" into the cause to report; the core
-  // returns the job-wide cause when another rank already published one.
-  std::function<std::exception_ptr(int peer, const std::string& detail)> on_lost;
-  // Polled every `abort_poll_ms` while a wait is blocked: returns the
-  // job-wide cause when another rank has published one (this catches ranks
-  // this one has no connection to), else null. Given the wait's deadline.
-  std::function<std::exception_ptr(Clock::time_point deadline)> check_abort;
+  // Where peers listen, what a break or a lost connection means for the job,
+  // and (every `abort_poll_ms` while a wait is blocked) whether another rank
+  // has published a cause: this catches ranks this one has no connection
+  // to. Owned by the core; must outlive the transport. Null: knows nothing.
+  Liveness* liveness = nullptr;
   int abort_poll_ms = 250;
   // An accepted socket that has not completed a valid hello by then is
   // dropped (a silent stranger). Tests set it short.
   std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
-  // Renders a Fingerprint for mismatch messages ("allreduce(count=4, float32, sum)").
-  std::function<std::string(const Fingerprint&)> describe_fp;
 };
 
 struct Conn;
 
-class TcpTransport final : public Transport {
+class TcpTransport final : public Channel {
  public:
   explicit TcpTransport(TcpOptions opts);
   ~TcpTransport() override;
@@ -84,11 +67,7 @@ class TcpTransport final : public Transport {
   int size() const override { return opts_.size; }
   void post_send(Request* r) override;
   void post_recv(Request* r) override;
-  void wait(Request* const* reqs, size_t n, Clock::time_point deadline) override;
   bool poll() override;
-  void poll_wait(Clock::time_point until) override;
-  void wake() override;
-  void set_spin_us(int us) override { spin_us_ = us; }
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
@@ -110,7 +89,7 @@ class TcpTransport final : public Transport {
   bool read_hello(Conn& c);
   bool read_accept(Conn& c);
   void reject_stranger(Conn& c, const std::string& why);
-  Identity identity() const { return Identity{opts_.job, opts_.rank, opts_.size, &opts_.secret}; }
+  handshake::Identity identity() const { return {opts_.job, opts_.rank, opts_.size, &opts_.secret, auth::Link::kTcp}; }
   void adopt(std::unique_ptr<Conn> accepted, int peer);
   bool match(Conn& c);
   bool take_unexpected(Conn& c, Request* r);
@@ -123,10 +102,10 @@ class TcpTransport final : public Transport {
   void close_all();
 
   TcpOptions opts_;
+  Liveness& live_;  // opts_.liveness, or Liveness::none()
   net::Fd listen_fd_;
   uint16_t listen_port_ = 0;
   net::Fd epoll_fd_;
-  net::Fd wake_fd_;  // eventfd
   std::vector<std::unique_ptr<Conn>> peers_;      // by rank; created on first use
   std::vector<std::unique_ptr<Conn>> unnamed_;    // accepted, Hello not yet read
   std::deque<Request*> any_recvs_;                // P2P receives from kAnySource
@@ -134,7 +113,6 @@ class TcpTransport final : public Transport {
 
   FirstCause broken_;
   bool closed_ = false;        // driving thread only
-  int spin_us_ = 0;            // driving thread only
 };
 
 }  // namespace shoal::transport::tcp

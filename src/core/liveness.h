@@ -1,0 +1,67 @@
+// core/liveness.h — how a communicator learns that the job has failed and
+// names why: the one transport::Liveness the core hands to its transports
+// and to the shared-memory arena.
+//
+// Every communicator has one. The root communicator's does the work: peers'
+// addresses and processes from the rendezvous (address, peer_gone), a lost
+// connection turned into the job-wide cause (lost, broke), the cause another
+// rank published, the roll call at a timeout (check_abort, timed_out;
+// roll_call.h). A group split from it numbers peers in the group's ranks
+// and asks the root's, except for what is its own: whether its transport
+// is broken, and operations issued in different orders across the family
+// that shares the connections (order_check).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/thread_annotations.h"
+#include "core/roll_call.h"
+#include "transport/liveness.h"
+
+namespace shoal {
+class CommunicatorImpl;
+}
+
+namespace shoal::core {
+
+// "allreduce(count=4, float32, sum, algorithm ring)": an operation as its
+// Fingerprint describes it, for mismatch and timeout messages.
+std::string describe_fingerprint(const transport::Fingerprint& fp);
+
+class JobLiveness final : public transport::Liveness {
+ public:
+  // `c` owns this object; `c`'s store, rank and size are set.
+  explicit JobLiveness(CommunicatorImpl& c);
+
+  transport::PeerAddress address(int peer) override;
+  bool is_local(int peer) override;
+  void broke(std::exception_ptr cause) override;
+  std::exception_ptr lost(int peer, const std::string& who, const std::string& detail) override;
+  std::exception_ptr check_abort(transport::Clock::time_point deadline) override;
+  std::exception_ptr peer_gone(int peer) override;
+  std::exception_ptr order_check(int peer) override;
+  std::exception_ptr broken() override;
+  std::exception_ptr timed_out(const std::string& waiting) override;
+  std::string describe(const transport::Fingerprint& fp) override { return describe_fingerprint(fp); }
+
+  // Another rank's published cause, or null.
+  std::exception_ptr abort_record();
+  // This communicator's roll call (answered by its blocked sends and receives).
+  RollCall& roll_call() { return roll_call_; }
+
+ private:
+  bool is_root() const;
+  JobLiveness& root() const;
+  int to_wire(int peer) const;
+
+  CommunicatorImpl& c_;
+  RollCall roll_call_;
+  Mutex mu_;
+  std::vector<std::string> processes_ GUARDED_BY(mu_);  // peers' proc::self_token(), "-" if none
+  std::vector<std::string> hosts_ GUARDED_BY(mu_);      // peers' host ids, "" until asked
+  std::string published_pos_;           // the last "ctx seq" this rank published as blocked in
+};
+
+}  // namespace shoal::core
