@@ -1,4 +1,5 @@
-"""Several launchers on loopback, each playing one node."""
+"""Several launchers on loopback, each playing one node (--same-host-nodes:
+on one machine, a loopback master address is what the job means)."""
 import json
 import signal
 import time
@@ -25,7 +26,7 @@ def start_nodes(job, nnodes, nproc=1, extra=(), env=None, per_node_args=None, sc
     launchers = {}
     for node in order or range(nnodes):
         args = ["--nnodes", nnodes, "--node-rank", node, "--master-port", master_port, "--rdzv-port", rdzv_port,
-                *extra]
+                "--same-host-nodes", *extra]
         if nproc is not None:
             args += ["--nproc-per-node", nproc]
         if per_node_args:
@@ -120,7 +121,8 @@ def test_missing_node_times_out_naming_it(job):
     master_port, rdzv_port = free_ports(2)
     launchers = [
         job.start("--nnodes", 3, "--node-rank", node, "--master-port", master_port, "--rdzv-port", rdzv_port,
-                  "--rdzv-timeout", 1.5, "--no-python", "./w.sh", name=f"node{node}") for node in (0, 2)
+                  "--same-host-nodes", "--rdzv-timeout", 1.5, "--no-python", "./w.sh", name=f"node{node}")
+        for node in (0, 2)
     ]
     for launcher in launchers:
         assert launcher.wait(20) == 1, launcher.err
@@ -132,7 +134,7 @@ def test_duplicate_node_rank(job):
     master_port, rdzv_port = free_ports(2)
     launchers = [
         job.start("--nnodes", 3, "--node-rank", node, "--master-port", master_port, "--rdzv-port", rdzv_port,
-                  "--no-python", "./w.sh", name=f"launcher{i}") for i, node in enumerate([0, 1, 1])
+                  "--same-host-nodes", "--no-python", "./w.sh", name=f"launcher{i}") for i, node in enumerate([0, 1, 1])
     ]
     for launcher in launchers:
         assert launcher.wait(20) == 2, launcher.err
@@ -144,7 +146,7 @@ def test_missing_master_times_out(job):
     job.script("w.sh", WORKER)
     master_port, rdzv_port = free_ports(2)
     r = job.run("--nnodes", 2, "--node-rank", 1, "--master-port", master_port, "--rdzv-port", rdzv_port,
-                "--rdzv-timeout", 1, "--no-python", "./w.sh")
+                "--same-host-nodes", "--rdzv-timeout", 1, "--no-python", "./w.sh")
     assert r.rc == 1 and "node 0 never arrived" in r.err, r.err
 
 
@@ -177,8 +179,8 @@ def test_slurm_two_nodes(job):
     launchers = []
     for node in range(2):
         env = job.env(SLURM_NODEID=node, SLURM_NNODES=2, SLURM_JOB_NODELIST="127.0.0.[1-2]")
-        launchers.append(job.start("-v", "--master-port", master_port, "--rdzv-port", rdzv_port, "--no-python",
-                                   "./w.sh", env=env, name=f"node{node}"))
+        launchers.append(job.start("-v", "--master-port", master_port, "--rdzv-port", rdzv_port,
+                                   "--same-host-nodes", "--no-python", "./w.sh", env=env, name=f"node{node}"))
     for launcher in launchers:
         assert launcher.wait() == 0, launcher.err
         assert "cluster description from slurm" in launcher.err
@@ -193,8 +195,8 @@ def test_sagemaker_two_nodes(job):
     launchers = []
     for node, host in enumerate(["127.0.0.1", "127.0.0.2"]):
         env = job.env(SM_HOSTS=hosts, SM_CURRENT_HOST=host, SM_NUM_GPUS=0, SM_NUM_CPUS=2)
-        launchers.append(job.start("--master-port", master_port, "--rdzv-port", rdzv_port, "--no-python",
-                                   "./w.sh", env=env, name=f"node{node}"))
+        launchers.append(job.start("--master-port", master_port, "--rdzv-port", rdzv_port, "--same-host-nodes",
+                                   "--no-python", "./w.sh", env=env, name=f"node{node}"))
     for launcher in launchers:
         assert launcher.wait() == 0, launcher.err
     assert_ranks_reported(launchers[0].out + launchers[1].out, 4)
@@ -208,7 +210,8 @@ def test_openmpi_two_nodes(job):
     for node in range(2):
         env = job.env(OMPI_COMM_WORLD_RANK=node, OMPI_COMM_WORLD_SIZE=2, OMPI_COMM_WORLD_LOCAL_SIZE=1)
         launchers.append(job.start("--master-addr", "127.0.0.1", "--master-port", master_port, "--rdzv-port",
-                                   rdzv_port, "--no-python", "./w.sh", env=env, name=f"node{node}"))
+                                   rdzv_port, "--same-host-nodes", "--no-python", "./w.sh", env=env,
+                                   name=f"node{node}"))
     for launcher in launchers:
         assert launcher.wait() == 0, launcher.err
     assert_ranks_reported(launchers[0].out + launchers[1].out, 2)

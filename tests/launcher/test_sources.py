@@ -1,5 +1,6 @@
 """Where the cluster description comes from (checked with --dry-run: no workers)."""
 import json
+import os
 
 import pytest
 
@@ -24,7 +25,9 @@ def test_local_default(job):
 
 def test_local_gpus_from_cuda_visible_devices(job):
     assert dry(job, CUDA_VISIBLE_DEVICES="0,1,2")["nproc_per_node"] == "3"
-    assert dry(job, "--nproc-per-node", "auto", CUDA_VISIBLE_DEVICES="")["nproc_per_node"] == "1"
+    # auto as torchrun means it: the GPUs, else the cores.
+    assert dry(job, "--nproc-per-node", "auto", CUDA_VISIBLE_DEVICES="")["nproc_per_node"] == str(len(os.sched_getaffinity(0)))
+    assert dry(job, CUDA_VISIBLE_DEVICES="")["nproc_per_node"] == "1"  # no flag: GPUs, else 1
 
 
 def test_sagemaker_env(job):

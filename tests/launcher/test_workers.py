@@ -118,14 +118,14 @@ for i in range(60):
 def test_log_dir_and_tee(job):
     job.script("w.sh", '#!/bin/sh\necho "line $RANK"\necho "warn $RANK" >&2\n')
     logs = job.dir / "logs"
-    r = job.run("--nproc-per-node", "2", "--log-dir", logs, "--no-python", "./w.sh")
+    r = job.run("--nproc-per-node", "2", "--log-dir", logs, "--redirects", "3", "--no-python", "./w.sh")
     assert r.rc == 0, r.err
     assert "line" not in r.out and "warn" not in r.err
     for rank in range(2):
         text = (logs / f"rank_{rank}.log").read_text().splitlines()
         assert sorted(text) == [f"line {rank}", f"warn {rank}"]
     logs2 = job.dir / "logs2"
-    r = job.run("--nproc-per-node", "2", "--log-dir", logs2, "--tee", "--no-python", "./w.sh")
+    r = job.run("--nproc-per-node", "2", "--log-dir", logs2, "--tee", "3", "--no-python", "./w.sh")
     assert r.rc == 0, r.err
     for rank in range(2):
         assert f"[{rank}]: line {rank}" in r.out and f"[{rank}]: warn {rank}" in r.err

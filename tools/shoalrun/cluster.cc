@@ -39,15 +39,17 @@ int free_local_port() {
   return port;
 }
 
-int resolve_nproc(const std::string& v, std::string* detail) {
+// `v` as --nproc-per-node means it (torchrun's values); `what` names the flag
+// or variable. The default when none is given is GPUs, else 1 (resolve_cluster).
+int resolve_nproc(const std::string& v, const std::string& what, std::string* detail) {
   if (v == "auto") {
     const int g = gpu_count();
-    *detail = g > 0 ? "auto: " + std::to_string(g) + " GPUs" : "auto: no GPU, 1 worker";
-    return g > 0 ? g : 1;
+    *detail = g > 0 ? "auto: " + std::to_string(g) + " GPUs" : "auto: no GPU, " + std::to_string(cpu_count()) + " cores";
+    return g > 0 ? g : cpu_count();
   }
   if (v == "gpu") {
     const int g = gpu_count();
-    if (g == 0) throw UsageError("--nproc-per-node gpu: no GPU found on this node");
+    if (g == 0) throw UsageError(what + " gpu: no GPU found on this node");
     *detail = "gpu: " + std::to_string(g) + " GPUs";
     return g;
   }
@@ -55,9 +57,10 @@ int resolve_nproc(const std::string& v, std::string* detail) {
     *detail = "cpu: " + std::to_string(cpu_count()) + " cores";
     return cpu_count();
   }
-  const int n = parse_int(v, "--nproc-per-node");
-  if (n < 1) throw UsageError("--nproc-per-node must be at least 1 (got " + v + ")");
-  *detail = "--nproc-per-node";
+  if (v == "xpu") throw UsageError(what + " xpu: shoalrun counts no XPU devices; give a number");
+  const int n = parse_int(v, what);
+  if (n < 1) throw UsageError(what + " must be at least 1 (got " + v + ")");
+  *detail = what;
   return n;
 }
 
@@ -152,16 +155,19 @@ Cluster resolve_cluster(const Options& o) {
                      c.source + ")");
   }
 
+  c.max_nnodes = o.max_nnodes && src->name == "flags" && !o.standalone ? *o.max_nnodes : c.nnodes;
+
   // Workers per node.
   if (o.nproc_per_node) {
-    c.nproc_per_node = resolve_nproc(*o.nproc_per_node, &c.nproc_detail);
+    c.nproc_per_node = resolve_nproc(*o.nproc_per_node, o.named("nproc_per_node"), &c.nproc_detail);
   } else if (src->nproc_per_node) {
     c.nproc_per_node = *src->nproc_per_node;
     c.nproc_detail = src->nproc_detail;
     if (c.nproc_per_node < 1) throw UsageError(c.nproc_detail + " must be at least 1");
   } else {
-    c.nproc_per_node = resolve_nproc("auto", &c.nproc_detail);
-    c.nproc_detail = "default (" + c.nproc_detail + ")";
+    const int g = gpu_count();
+    c.nproc_per_node = g > 0 ? g : 1;
+    c.nproc_detail = g > 0 ? "default: " + std::to_string(g) + " GPUs" : "default: no GPU, 1 worker";
   }
   // A typo such as 100000 must not become a fork storm.
   if (c.nproc_per_node > kMaxWorkersPerNode) {
@@ -173,29 +179,27 @@ Cluster resolve_cluster(const Options& o) {
   // Where node 0 is. One node needs no name resolution at all.
   if (o.master_addr) {
     c.master_addr = *o.master_addr;
-  } else if (c.nnodes > 1 && src->master_addr) {
+    c.master_origin = o.named("master_addr");
+  } else if (c.multi_node() && src->master_addr) {
     c.master_addr = *src->master_addr;
+    c.master_origin = src->master_origin;
   } else {
     c.master_addr = "127.0.0.1";
+    c.master_origin = "the default of --master-addr";
   }
-  if (c.master_addr.empty()) throw UsageError("--master-addr is empty");
+  if (c.master_addr.empty()) throw UsageError(o.named("master_addr") + " is empty");
   if (o.master_port) {
     c.master_port = *o.master_port;
-    c.master_port_detail = "--master-port";
-  } else if (c.nnodes == 1) {
+    c.master_port_detail = o.named("master_port");
+    c.master_port_given = true;
+  } else if (!c.multi_node()) {
     c.master_port = free_local_port();
     c.master_port_detail = "a free local port (one node)";
   } else {
     c.master_port = kDefaultMasterPort;
     c.master_port_detail = "default";
   }
-  check_port(c.master_port, "--master-port");
-  c.rdzv_port = o.rdzv_port ? *o.rdzv_port : c.master_port + 1;
-  check_port(c.rdzv_port, o.rdzv_port ? "--rdzv-port" : "--master-port + 1 (the launchers' rendezvous port)");
-  if (c.nnodes > 1 && c.rdzv_port == c.master_port) {
-    throw UsageError("--rdzv-port must differ from --master-port (" + std::to_string(c.master_port) +
-                     "): the workers' store uses the master port");
-  }
+  check_port(c.master_port, o.named("master_port"));
   if (o.max_restarts < 0) throw UsageError("--max-restarts must not be negative");
 
   if (static_cast<int>(c.hosts.size()) == c.nnodes) {
@@ -203,6 +207,7 @@ Cluster resolve_cluster(const Options& o) {
   } else {
     c.node_name = shoal::net::hostname();
   }
+  plan_rendezvous(o, &c);
   return c;
 }
 

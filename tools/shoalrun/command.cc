@@ -111,21 +111,48 @@ std::string default_omp_threads(const Cluster& c) {
   return std::to_string(n < 1 ? 1 : n);
 }
 
-std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, const std::string& omp_threads,
-                                    const std::string& secret_hex) {
+std::string virtual_device(int local_rank) {
+  const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (cvd == nullptr) return std::to_string(local_rank);
+  std::vector<std::string> ids;
+  std::stringstream in(cvd);
+  for (std::string id; std::getline(in, id, ',');) ids.push_back(id);
+  if (local_rank >= static_cast<int>(ids.size())) {
+    throw UsageError("--virtual-local-rank: local rank " + std::to_string(local_rank) +
+                     " has no device in CUDA_VISIBLE_DEVICES=" + cvd);
+  }
+  return ids[local_rank];
+}
+
+std::vector<std::string> worker_env(const Cluster& c, const Options& o, const WorkerPlace& w,
+                                    const std::string& omp_threads, const std::string& secret_hex) {
+  const std::string world = std::to_string(c.world_size());
   std::vector<std::pair<std::string, std::string>> ours = {
       {"RANK", std::to_string(w.rank)},
-      {"LOCAL_RANK", std::to_string(w.local_rank)},
-      {"WORLD_SIZE", std::to_string(c.world_size())},
+      {"LOCAL_RANK", o.virtual_local_rank ? "0" : std::to_string(w.local_rank)},
+      {"WORLD_SIZE", world},
       {"LOCAL_WORLD_SIZE", std::to_string(c.nproc_per_node)},
       {"GROUP_RANK", std::to_string(c.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(c.nnodes)},
+      {"ROLE_NAME", o.role},
+      {"ROLE_RANK", std::to_string(w.rank)},
+      {"ROLE_WORLD_SIZE", world},
       {"MASTER_ADDR", c.master_addr},
       {"MASTER_PORT", std::to_string(c.master_port)},
       {"SHOAL_RESTART_COUNT", std::to_string(w.restart_count)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(w.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", o.rdzv_id},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"SHOAL_ERROR_FILE", w.error_file},
+      {"TORCHELASTIC_ERROR_FILE", w.error_file},
       {"SHOAL_SECRET", secret_hex},
   };
   if (!omp_threads.empty()) ours.emplace_back("OMP_NUM_THREADS", omp_threads);
+  if (o.virtual_local_rank) ours.emplace_back("CUDA_VISIBLE_DEVICES", virtual_device(w.local_rank));
+  if (!o.local_addr.empty() && !shoal::env::is_set("SHOAL_ADVERTISE_ADDR")) {
+    ours.emplace_back("SHOAL_ADVERTISE_ADDR", o.local_addr);
+  }
   std::set<std::string> names;
   for (const auto& [k, v] : ours) names.insert(k);
   std::vector<std::string> env;

@@ -36,10 +36,20 @@ struct WorkerPlace {
 
 // The launcher's environment plus RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
-// SHOAL_RESTART_COUNT, SHOAL_ERROR_FILE, SHOAL_SECRET (the job's secret, hex)
-// and (when set) OMP_NUM_THREADS.
-std::vector<std::string> worker_env(const Cluster& c, const WorkerPlace& w, const std::string& omp_threads,
-                                    const std::string& secret_hex);
+// SHOAL_RESTART_COUNT, SHOAL_ERROR_FILE, SHOAL_SECRET (the job's secret, hex),
+// torchrun's GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE,
+// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
+// TORCHELASTIC_USE_AGENT_STORE (False: the workers' store is their own) and
+// TORCHELASTIC_ERROR_FILE (= SHOAL_ERROR_FILE), and (when set)
+// OMP_NUM_THREADS. --local-addr becomes SHOAL_ADVERTISE_ADDR unless that is
+// set; --virtual-local-rank sets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES to the
+// worker's own entry of the launcher's list (or its local rank).
+std::vector<std::string> worker_env(const Cluster& c, const Options& o, const WorkerPlace& w,
+                                    const std::string& omp_threads, const std::string& secret_hex);
+
+// --virtual-local-rank: the CUDA_VISIBLE_DEVICES of local rank `l`. Throws
+// UsageError when the launcher's list has no entry for it.
+std::string virtual_device(int local_rank);
 
 // The job's secret as the user gave it: --secret-file, else SHOAL_SECRET,
 // else none (empty). Throws UsageError when it is unreadable or malformed.

@@ -55,7 +55,7 @@ class GroupRun {
         l.pid = s.pid;
         l.running = true;
         cfg_.guardian->track(s.pid);
-        mux_.add(w.rank, s.out_fd, s.err_fd);
+        mux_.add(w.rank, s.out_fd, s.err_fd, w.route);
         vlog("started rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ") as pid " +
              std::to_string(s.pid));
         ++running_;
@@ -260,6 +260,8 @@ std::string RemoteEvent::describe() const {
       return who + " is lost: " + message;
     case Kind::kMasterLost:
       return "lost the master " + who + ": " + message;
+    case Kind::kAdmit:
+      return message;
   }
   return who + ": " + message;
 }

@@ -21,7 +21,8 @@ namespace shoalrun {
 
 // A failure reported by another node (or the loss of a node or of the store).
 struct RemoteEvent {
-  enum class Kind { kNodeFailed, kNodeLost, kMasterLost };
+  // kAdmit: the coordinator restarts the job to admit launchers that wait.
+  enum class Kind { kNodeFailed, kNodeLost, kMasterLost, kAdmit };
   Kind kind = Kind::kNodeFailed;
   int node = -1;
   std::string host;
@@ -45,6 +46,7 @@ struct WorkerSpec {
   int local_rank = -1;
   ExecSpec exec;
   std::string error_file;
+  OutputMux::Route route;  // where its stdout and stderr go
 };
 
 struct GroupConfig {

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "cli.h"
@@ -37,11 +38,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-sigset_t launcher_signals() {
+// SIGCHLD and the signals forwarded to the workers (by default all of
+// forwarded_signals(); --signals-to-handle picks some).
+sigset_t launcher_signals(const std::set<int>& handled) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGCHLD);
-  for (int s : forwarded_signals()) sigaddset(&set, s);
+  for (int s : forwarded_signals()) {
+    if (handled.count(s)) sigaddset(&set, s);
+  }
   return set;
 }
 
@@ -51,12 +56,92 @@ std::string join_hosts(const std::vector<std::string>& hosts) {
   return s;
 }
 
-void print_dry_run(const Cluster& c, const WorkerCommand& cmd) {
-  std::printf("source=%s\nsource_detail=%s\nnnodes=%d\nnode_rank=%d\nnproc_per_node=%d\nnproc_detail=%s\n"
-              "world_size=%d\nmaster_addr=%s\nmaster_port=%d\nrdzv_port=%d\nhosts=%s\nnode_name=%s\ncommand=%s\n",
-              c.source.c_str(), c.source_detail.c_str(), c.nnodes, c.node_rank, c.nproc_per_node,
-              c.nproc_detail.c_str(), c.world_size(), c.master_addr.c_str(), c.master_port, c.rdzv_port,
-              join_hosts(c.hosts).c_str(), c.node_name.c_str(), cmd.describe.c_str());
+std::string stream_spec_text(const StreamSpec& s) {
+  if (s.per_rank.empty()) return std::to_string(s.all);
+  std::string t;
+  for (const auto& [rank, mask] : s.per_rank) {
+    if (!t.empty()) t += ',';
+    t.append(std::to_string(rank)).append(":").append(std::to_string(mask));
+  }
+  return t;
+}
+
+template <class C>
+std::string join_list(const C& items) {
+  std::string s;
+  for (const auto& i : items) s += (s.empty() ? "" : ",") + i;
+  return s;
+}
+
+// The plan, one key=value a line (tests read it; --dry-run).
+void print_dry_run(const Options& o, const Cluster& c, const WorkerCommand& cmd) {
+  std::vector<std::string> sigs, ranks;
+  for (int s : o.signals) sigs.push_back(signal_name(s));
+  if (o.local_ranks_filter) {
+    for (int r : *o.local_ranks_filter) ranks.push_back(std::to_string(r));
+  }
+  const auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%g", v);
+    return std::string(b);
+  };
+  const std::vector<std::pair<std::string, std::string>> lines = {
+      {"source", c.source},
+      {"source_detail", c.source_detail},
+      {"nnodes", std::to_string(c.nnodes)},
+      {"max_nnodes", std::to_string(c.max_nnodes)},
+      {"node_rank", c.node_rank < 0 ? "assigned at the rendezvous" : std::to_string(c.node_rank)},
+      {"nproc_per_node", std::to_string(c.nproc_per_node)},
+      {"nproc_detail", c.nproc_detail},
+      {"world_size", c.c10d() && c.multi_node() ? "assigned at the rendezvous" : std::to_string(c.world_size())},
+      {"master_addr", c.master_addr},
+      {"master_port", c.c10d() && c.multi_node() && !c.master_port_given ? "a free port of node 0"
+                                                                          : std::to_string(c.master_port)},
+      {"rdzv_backend", c.backend},
+      {"rdzv_host", c.store_host},
+      {"rdzv_port", std::to_string(c.rdzv_port)},
+      {"rdzv_hosted_here", c.multi_node() ? (c.host_store ? "yes" : "no") : ""},
+      {"rdzv_id", o.rdzv_id},
+      {"join_timeout", num(o.rdzv_timeout_s)},
+      {"last_call_timeout", num(o.rdzv_conf.last_call_timeout)},
+      {"close_timeout", num(o.rdzv_conf.close_timeout)},
+      {"heartbeat_timeout", num(o.rdzv_conf.heartbeat_timeout)},
+      {"keep_alive_interval", num(o.rdzv_conf.keep_alive_interval)},
+      {"keep_alive_max_attempt", std::to_string(o.rdzv_conf.keep_alive_max_attempt)},
+      {"read_timeout", num(o.rdzv_conf.read_timeout)},
+      {"monitor_interval", num(o.monitor_interval_s)},
+      {"max_restarts", std::to_string(o.max_restarts)},
+      {"shutdown_timeout", num(o.term_timeout_s)},
+      {"signals_to_handle", join_list(sigs)},
+      {"start_method", o.start_method},
+      {"role", o.role},
+      {"local_addr", o.local_addr},
+      {"virtual_local_rank", o.virtual_local_rank ? "1" : "0"},
+      {"log_dir", o.log_dir},
+      {"redirects", stream_spec_text(o.redirects)},
+      {"tee", stream_spec_text(o.tee)},
+      {"local_ranks_filter", join_list(ranks)},
+      {"duplicate_stdout_filters", join_list(o.duplicate_stdout_filters)},
+      {"duplicate_stderr_filters", join_list(o.duplicate_stderr_filters)},
+      {"verbose", o.verbose ? "1" : "0"},
+      {"hosts", join_hosts(c.hosts)},
+      {"node_name", c.node_name},
+      {"command", cmd.describe},
+  };
+  for (const auto& [k, v] : lines) std::printf("%s=%s\n", k.c_str(), v.c_str());
+}
+
+// Where one local rank's streams go: torchrun's --tee wins over --redirects;
+// --local-ranks-filter keeps others off the console.
+OutputMux::Route route_of(const Options& o, int local_rank) {
+  const int red = o.redirects.of(local_rank), tee = o.tee.of(local_rank);
+  OutputMux::Route r;
+  r.out_file = ((red | tee) & StreamSpec::kOut) != 0;
+  r.err_file = ((red | tee) & StreamSpec::kErr) != 0;
+  r.out_console = (tee & StreamSpec::kOut) != 0 || (red & StreamSpec::kOut) == 0;
+  r.err_console = (tee & StreamSpec::kErr) != 0 || (red & StreamSpec::kErr) == 0;
+  if (o.local_ranks_filter && o.local_ranks_filter->count(local_rank) == 0) r.out_console = r.err_console = false;
+  return r;
 }
 
 class Launcher {
@@ -74,7 +159,7 @@ class Launcher {
     }
     scratch_ = scratch;
     guardian_.start(scratch_);
-    const sigset_t set = launcher_signals();
+    const sigset_t set = launcher_signals(o_.signals);
     sigfd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     const int code = run_rounds();
     rdzv_.reset();
@@ -87,19 +172,20 @@ class Launcher {
     // The job's secret (docs/security.md): the user's, else made here for
     // one node; several nodes get node 0's in the rendezvous.
     const bool given = !secret_.empty();
-    if (c_.nnodes > 1) {
+    if (c_.multi_node()) {
       rdzv_ = std::make_unique<LauncherRendezvous>(c_, o_, secret_);
     } else if (!given) {
       secret_ = shoal::auth::Secret::random();
     }
     if (given) {
       vlog("the job's secret: from " + (o_.secret_file.empty() ? std::string("SHOAL_SECRET") : o_.secret_file));
-    } else if (c_.nnodes == 1) {
+    } else if (!c_.multi_node()) {
       vlog("the job's secret: made for this job");
     } else {
       vlog(std::string("the job's secret: ") +
-           (c_.node_rank == 0 ? "made here, to be handed to each node sealed to its key"
-                              : "node 0's, handed over sealed to this launcher's key") +
+           (c_.c10d() ? "made by the launcher hosting the rendezvous, handed to the others sealed to their keys"
+            : c_.host_store ? "made here, to be handed to each node sealed to its key"
+                            : "node 0's, handed over sealed to this launcher's key") +
            "; without --secret-file the launchers' store itself is not authenticated (docs/security.md)");
     }
     const std::string omp = default_omp_threads(c_);
@@ -107,12 +193,14 @@ class Launcher {
       log("OMP_NUM_THREADS is not set: setting it to " + omp + " for each worker (" + std::to_string(cpu_count()) +
           " cores / " + std::to_string(c_.nproc_per_node) + " workers on this node)");
     }
-    for (int restart = 0;; ++restart) {
+    int restarts_used = 0;  // one node; several nodes count in the rendezvous
+    for (int round = 0;; ++round) {
       if (rdzv_) {
         int code = 0;
-        if (!join(restart, &code)) return code;
+        if (!join(&round, &code)) return code;
+        restarts_used = rdzv_->restarts_used();
       }
-      const GroupResult r = run_once(restart, omp);
+      const GroupResult r = run_once(round, restarts_used, omp);
       if (r.first_failure && !r.remote) {
         log(failure_summary(*r.first_failure, c_.node_rank, c_.node_name, r.failure_tail, r.failure_error_file));
       } else if (r.stop_signal != 0) {
@@ -121,8 +209,9 @@ class Launcher {
 
       if (!rdzv_) {
         if (r.ok()) return 0;
-        if (r.stop_signal == 0 && restart < o_.max_restarts) {
-          log("restarting the workers (restart " + std::to_string(restart + 1) + " of " +
+        if (r.stop_signal == 0 && restarts_used < o_.max_restarts) {
+          ++restarts_used;
+          log("restarting the workers (restart " + std::to_string(restarts_used) + " of " +
               std::to_string(o_.max_restarts) + ")");
           continue;
         }
@@ -140,29 +229,35 @@ class Launcher {
       } else if (r.remote) {
         rep.message = "stopped because " + r.remote->describe();
       }
-      const Outcome out = rdzv_->settle(restart, rep, sigfd_);
+      const Outcome out = rdzv_->settle(round, rep, sigfd_);
       if (out.ok) {
-        rdzv_->leave(restart);
+        rdzv_->leave(round, 0);
         return 0;
       }
+      if (out.restartable && !out.counted) {
+        log("restarting the workers on every node (not counted as a restart): " + out.message);
+        continue;
+      }
       if (out.restartable) {
-        log("restarting the workers on every node (restart " + std::to_string(restart + 1) + " of " +
+        log("restarting the workers on every node (restart " + std::to_string(rdzv_->restarts_used()) + " of " +
             std::to_string(o_.max_restarts) + ") after: " + out.message);
         continue;
       }
       // The node that failed first has printed its own summary already.
       if (out.node != c_.node_rank || !r.first_failure) log("job failed: " + out.message);
-      rdzv_->leave(restart);
+      rdzv_->leave(round, out.exit_code);
       return out.exit_code;
     }
   }
 
   // The rendezvous runs on a helper thread so that signals are still handled.
-  bool join(int round, int* code) {
+  // `round`: the round to join; a c10d launcher may be admitted to a later one.
+  bool join(int* round, int* code) {
     NodeInfo me;
-    me.node = c_.node_rank;
+    me.node = c_.c10d() ? -1 : c_.node_rank;
     me.host = c_.node_name;
-    me.nnodes = c_.nnodes;
+    me.nnodes = c_.c10d() ? min_nnodes_ : c_.nnodes;
+    me.max_nnodes = c_.max_nnodes;
     me.nproc = c_.nproc_per_node;
     me.max_restarts = o_.max_restarts;
     me.pid = static_cast<int>(::getpid());
@@ -175,9 +270,11 @@ class Launcher {
       return false;
     }
     std::optional<RendezvousError> err;
+    Assignment a;
+    const int want = *round;
     std::thread t([&] {
       try {
-        rdzv_->join(round, me, deadline);
+        a = rdzv_->join(want, me, deadline);
       } catch (const RendezvousError& e) {
         err = e;
       } catch (const std::exception& e) {
@@ -205,59 +302,70 @@ class Launcher {
     ::close(done[0]);
     ::close(done[1]);
     if (err) {
-      log("error: " + std::string(err->what()));
+      log((err->exit_code() == 0 ? "" : "error: ") + std::string(err->what()));
       *code = err->exit_code();
       return false;
     }
-    vlog("rendezvous complete: " + std::to_string(c_.nnodes) + " nodes, world size " +
-         std::to_string(c_.world_size()));
+    *round = a.round;
+    c_.node_rank = a.node_rank;
+    c_.nnodes = a.nnodes;
+    c_.master_addr = a.master_addr;
+    c_.master_port = a.master_port;
+    c_.hosts = a.hosts;
+    vlog("rendezvous complete (round " + std::to_string(a.round) + "): node " + std::to_string(c_.node_rank) +
+         " of " + std::to_string(c_.nnodes) + ", world size " + std::to_string(c_.world_size()) + ", master " +
+         c_.master_addr + ":" + std::to_string(c_.master_port));
     secret_ = rdzv_->secret();
     return true;
   }
 
-  GroupResult run_once(int restart, const std::string& omp) {
+  GroupResult run_once(int round, int restarts_used, const std::string& omp) {
     GroupConfig gc;
+    const std::string error_dir = o_.log_dir.empty() ? scratch_ : o_.log_dir;
     for (int l = 0; l < c_.nproc_per_node; ++l) {
       WorkerPlace p;
       p.local_rank = l;
       p.rank = c_.node_rank * c_.nproc_per_node + l;
-      p.restart_count = restart;
-      p.error_file = scratch_ + "/error_rank" + std::to_string(p.rank) + ".json";
+      p.restart_count = restarts_used;
+      p.error_file = error_dir + "/error_rank" + std::to_string(p.rank) + ".json";
       WorkerSpec w;
       w.rank = p.rank;
       w.local_rank = l;
       w.error_file = p.error_file;
       w.exec.path = cmd_.path;
       w.exec.argv = cmd_.argv;
-      w.exec.env = worker_env(c_, p, omp, secret_.hex());
+      w.exec.env = worker_env(c_, o_, p, omp, secret_.hex());
+      w.route = route_of(o_, l);
       gc.workers.push_back(std::move(w));
     }
     gc.term_timeout_s = o_.term_timeout_s;
-    gc.output.console = o_.log_dir.empty() || o_.tee;
     gc.output.log_dir = o_.log_dir;
-    gc.output.restart_count = restart;
+    gc.output.restart_count = round;
+    gc.output.stdout_filters = o_.duplicate_stdout_filters;
+    gc.output.stderr_filters = o_.duplicate_stderr_filters;
     gc.signal_fd = sigfd_;
     gc.guardian = &guardian_;
     if (rdzv_) {
       gc.remote = rdzv_.get();
-      rdzv_->start_monitor(restart);
-      gc.on_failure = [this, restart](const WorkerExit& x) {
+      rdzv_->start_monitor(round);
+      gc.on_failure = [this, round](const WorkerExit& x) {
         std::string msg = describe_worker(x) + " " + describe_exit(x);
-        rdzv_->publish_failure(restart, "workers", x.exit_code, msg, true);
+        rdzv_->publish_failure(round, "workers", x.exit_code, msg, true);
       };
-      gc.on_stop_signal = [this, restart](int sig) {
-        rdzv_->publish_failure(restart, "signal", 128 + sig, "its launcher received " + signal_name(sig), false);
+      gc.on_stop_signal = [this, round](int sig) {
+        rdzv_->publish_failure(round, "signal", 128 + sig, "its launcher received " + signal_name(sig), false);
       };
     }
     vlog("starting " + std::to_string(c_.nproc_per_node) + " worker(s), ranks " +
          std::to_string(c_.node_rank * c_.nproc_per_node) + " .. " +
-         std::to_string((c_.node_rank + 1) * c_.nproc_per_node - 1) + " (restart " + std::to_string(restart) +
-         "): " + cmd_.describe);
+         std::to_string((c_.node_rank + 1) * c_.nproc_per_node - 1) + " (round " + std::to_string(round) +
+         ", restart " + std::to_string(restarts_used) + "): " + cmd_.describe);
     return run_group(gc);
   }
 
   Options o_;
   Cluster c_;
+  const int min_nnodes_ = c_.nnodes;  // c10d: MIN of --nnodes (c_.nnodes follows the rendezvous)
   WorkerCommand cmd_;
   shoal::auth::Secret secret_;  // the job's; SHOAL_SECRET of every worker
   std::string scratch_;
@@ -266,13 +374,35 @@ class Launcher {
   std::unique_ptr<LauncherRendezvous> rdzv_;
 };
 
+// Where the log files go: --log-dir (made if missing), else, when a stream is
+// redirected or filtered, a new directory (as torchrun does), said once.
+void prepare_log_dir(Options* o) {
+  const bool needed = o->redirects.any() || o->tee.any() || !o->duplicate_stdout_filters.empty() ||
+                      !o->duplicate_stderr_filters.empty();
+  if (o->log_dir.empty() && needed) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/shoalrun-logs-XXXXXX";
+    if (::mkdtemp(dir.data()) == nullptr) throw UsageError("cannot create a log directory " + dir);
+    o->log_dir = dir;
+    log("the workers' logs go to " + dir + " (no --log-dir given)");
+  }
+  if (!o->log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o->log_dir, ec);
+    if (ec) throw UsageError(o->named("log_dir") + " " + o->log_dir + ": " + ec.message());
+  }
+}
+
 }  // namespace
 }  // namespace shoalrun
 
 int main(int argc, char** argv) {
   using namespace shoalrun;
-  // Before any thread exists: the launcher's signals are read from a signalfd.
-  const sigset_t set = launcher_signals();
+  // Before any thread exists: the launcher's signals are read from a
+  // signalfd. Those --signals-to-handle leaves out are unblocked again below
+  // (their default action applies).
+  const std::set<int> all(forwarded_signals().begin(), forwarded_signals().end());
+  const sigset_t set = launcher_signals(all);
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -288,24 +418,38 @@ int main(int argc, char** argv) {
     c = resolve_cluster(o);
     cmd = build_command(o, argv[0]);
     secret = given_secret(o);
-    if (!o.log_dir.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(o.log_dir, ec);
-      if (ec) throw UsageError("--log-dir " + o.log_dir + ": " + ec.message());
+    if (o.virtual_local_rank) {
+      for (int l = 0; l < c.nproc_per_node; ++l) virtual_device(l);
     }
+    if (!o.dry_run) prepare_log_dir(&o);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "shoalrun: error: %s\n", e.what());
     return 2;
   }
+  for (const auto& n : c.notes) log("note: " + n);
   if (o.dry_run) {
-    print_dry_run(c, cmd);
+    print_dry_run(o, c, cmd);
     return 0;
   }
-  vlog("cluster description from " + c.source + " (" + c.source_detail + "): node " + std::to_string(c.node_rank) +
-       " of " + std::to_string(c.nnodes) + ", " + std::to_string(c.nproc_per_node) + " worker(s) per node (" +
-       c.nproc_detail + "), world size " + std::to_string(c.world_size()) + ", master " + c.master_addr + ":" +
-       std::to_string(c.master_port) + " (" + (c.master_port_detail.empty() ? "" : c.master_port_detail) + ")" +
-       (c.nnodes > 1 ? ", launcher rendezvous on port " + std::to_string(c.rdzv_port) : ""));
+  sigset_t unhandled;
+  sigemptyset(&unhandled);
+  for (int s : forwarded_signals()) {
+    if (!o.signals.count(s)) sigaddset(&unhandled, s);
+  }
+  ::pthread_sigmask(SIG_UNBLOCK, &unhandled, nullptr);
+  if (c.c10d() && c.multi_node()) {
+    vlog("cluster description from " + c.source + " (" + c.source_detail + "): " + std::to_string(c.nnodes) +
+         (c.max_nnodes != c.nnodes ? " to " + std::to_string(c.max_nnodes) : "") + " nodes meeting at " +
+         c.store_host + ":" + std::to_string(c.rdzv_port) + " (c10d, job " + o.rdzv_id + "; " +
+         (c.host_store ? "hosted here" : "hosted by the launcher on " + c.store_host) + "), " +
+         std::to_string(c.nproc_per_node) + " worker(s) per node (" + c.nproc_detail + ")");
+  } else {
+    vlog("cluster description from " + c.source + " (" + c.source_detail + "): node " + std::to_string(c.node_rank) +
+         " of " + std::to_string(c.nnodes) + ", " + std::to_string(c.nproc_per_node) + " worker(s) per node (" +
+         c.nproc_detail + "), world size " + std::to_string(c.world_size()) + ", master " + c.master_addr + ":" +
+         std::to_string(c.master_port) + " (" + c.master_port_detail + ")" +
+         (c.multi_node() ? ", launcher rendezvous on " + c.store_host + ":" + std::to_string(c.rdzv_port) : ""));
+  }
   try {
     return Launcher(o, c, cmd, std::move(secret)).run();
   } catch (const std::exception& e) {

@@ -22,13 +22,16 @@ constexpr size_t kTailLineChars = 400;
 OutputMux::~OutputMux() {
   for (auto& [fd, s] : streams_) ::close(fd);
   for (auto& [rank, fd] : log_fds_) ::close(fd);
+  for (int fd : filtered_fds_) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
-void OutputMux::add(int rank, int out_fd, int err_fd) {
-  streams_[out_fd] = Stream{rank, false, {}};
-  streams_[err_fd] = Stream{rank, true, {}};
+void OutputMux::add(int rank, int out_fd, int err_fd, Route route) {
+  streams_[out_fd] = Stream{rank, false, route.out_console, route.out_file, {}};
+  streams_[err_fd] = Stream{rank, true, route.err_console, route.err_file, {}};
   tails_[rank].clear();
-  if (!cfg_.log_dir.empty() && log_fds_.count(rank) == 0) {
+  if ((route.out_file || route.err_file) && log_fds_.count(rank) == 0) {
     const std::string path = cfg_.log_dir + "/rank_" + std::to_string(rank) + ".log";
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
@@ -52,7 +55,7 @@ void OutputMux::emit(const Stream& s, const std::vector<std::string>& lines) {
     tail.push_back(l.size() > kTailLineChars ? l.substr(0, kTailLineChars) + "..." : l);
     if (tail.size() > kTailLines) tail.pop_front();
   }
-  if (cfg_.console) {
+  if (s.console) {
     std::string prefix(1, '[');
     prefix.append(std::to_string(s.rank)).append("]: ");
     std::string batch;
@@ -60,11 +63,35 @@ void OutputMux::emit(const Stream& s, const std::vector<std::string>& lines) {
     write_locked(s.is_err ? STDERR_FILENO : STDOUT_FILENO, batch);
   }
   auto it = log_fds_.find(s.rank);
-  if (it != log_fds_.end()) {
+  if (s.file && it != log_fds_.end()) {
     std::string batch;
     for (const auto& l : lines) batch += l + "\n";
     write_all(it->second, batch);
   }
+  const auto& filters = s.is_err ? cfg_.stderr_filters : cfg_.stdout_filters;
+  if (filters.empty()) return;
+  std::string batch;
+  for (const auto& l : lines) {
+    for (const auto& f : filters) {
+      if (l.find(f) != std::string::npos) {
+        batch.append(1, '[').append(std::to_string(s.rank)).append("]: ").append(l).append(1, '\n');
+        break;
+      }
+    }
+  }
+  if (batch.empty()) return;
+  int& fd = filtered_fds_[s.is_err ? 1 : 0];
+  if (fd == -2) return;  // could not be opened: said once
+  if (fd < 0) {
+    const std::string path = cfg_.log_dir + (s.is_err ? "/filtered_stderr.log" : "/filtered_stdout.log");
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      log("cannot open " + path + ": " + std::strerror(errno));
+      fd = -2;
+      return;
+    }
+  }
+  write_all(fd, batch);
 }
 
 void OutputMux::handle(int fd) {

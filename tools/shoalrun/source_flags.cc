@@ -11,21 +11,30 @@ std::optional<SourceResult> source_from_flags(const Options& o) {
   SourceResult r;
   r.name = "flags";
   if (o.standalone) {
-    if (o.nnodes && *o.nnodes != 1) throw UsageError("--standalone runs one node; it cannot be combined with --nnodes " +
-                                                    std::to_string(*o.nnodes));
+    if (o.max_nnodes.value_or(1) != 1) {
+      throw UsageError(o.named("standalone") + " runs one node; it cannot be combined with " + o.named("nnodes") + " " +
+                       std::to_string(*o.max_nnodes));
+    }
     if (o.node_rank && *o.node_rank != 0) {
-      throw UsageError("--standalone runs one node; --node-rank must be 0");
+      throw UsageError(o.named("standalone") + " runs one node; " + o.named("node_rank") + " must be 0");
     }
     r.detail = "--standalone";
     return r;
   }
   r.nnodes = o.nnodes.value_or(1);
   r.node_rank = o.node_rank.value_or(0);
-  r.detail = "--nnodes " + std::to_string(r.nnodes) + " --node-rank " + std::to_string(r.node_rank);
-  if (o.nnodes && *o.nnodes < 1) throw UsageError("--nnodes must be at least 1 (got " + std::to_string(*o.nnodes) + ")");
+  r.detail = o.named("nnodes") + " " + std::to_string(r.nnodes) + " " + o.named("node_rank") + " " +
+             std::to_string(r.node_rank);
+  if (o.rdzv_backend == "c10d") {  // node ranks are assigned at the rendezvous
+    r.node_rank = 0;
+    r.detail = o.named("nnodes") + " " + std::to_string(r.nnodes) +
+               (o.elastic() ? ":" + std::to_string(*o.max_nnodes) : std::string());
+    return r;
+  }
   if (r.node_rank < 0 || r.node_rank >= r.nnodes) {
-    throw UsageError("--node-rank " + std::to_string(r.node_rank) + " is out of range for --nnodes " +
-                     std::to_string(r.nnodes) + " (0 .. " + std::to_string(r.nnodes - 1) + ")");
+    throw UsageError(o.named("node_rank") + " " + std::to_string(r.node_rank) + " is out of range for " +
+                     o.named("nnodes") + " " + std::to_string(r.nnodes) + " (0 .. " + std::to_string(r.nnodes - 1) +
+                     ")");
   }
   return r;
 }

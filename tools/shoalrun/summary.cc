@@ -1,6 +1,8 @@
 // shoalrun/summary.cc — see summary.h. The error file is what shoalrun_boot.py
 // (or any worker) writes to $SHOAL_ERROR_FILE: a JSON object with "type",
-// "message" and "traceback".
+// "message" and "traceback"; or what torch's @record decorator writes to
+// $TORCHELASTIC_ERROR_FILE (the same file): {"message": {"message": ...,
+// "extraInfo": {"py_callstack": ...}}}, read as message and traceback.
 #include "summary.h"
 
 #include <fstream>
@@ -25,7 +27,18 @@ bool read_error_file(const std::string& path, nlohmann::json* out) {
   } catch (const nlohmann::json::exception&) {
     return false;
   }
-  return out->is_object();
+  if (!out->is_object()) return false;
+  if (out->contains("message") && (*out)["message"].is_object()) {  // torch's form
+    const nlohmann::json m = (*out)["message"];
+    nlohmann::json flat = nlohmann::json::object();
+    if (m.contains("message") && m["message"].is_string()) flat["message"] = m["message"];
+    if (m.contains("extraInfo") && m["extraInfo"].is_object() && m["extraInfo"].contains("py_callstack") &&
+        m["extraInfo"]["py_callstack"].is_string()) {
+      flat["traceback"] = m["extraInfo"]["py_callstack"];
+    }
+    *out = flat;
+  }
+  return true;
 }
 
 std::string str_field(const nlohmann::json& j, const char* key) {
