@@ -67,9 +67,12 @@ std::string stream_spec_text(const StreamSpec& s) {
 }
 
 template <class C>
-std::string join_list(const C& items) {
+std::string join_list(const C& items, const char* sep = ",") {
   std::string s;
-  for (const auto& i : items) s += (s.empty() ? "" : ",") + i;
+  for (const auto& i : items) {
+    if (!s.empty()) s += sep;
+    s += i;
+  }
   return s;
 }
 
@@ -121,8 +124,8 @@ void print_dry_run(const Options& o, const Cluster& c, const WorkerCommand& cmd)
       {"redirects", stream_spec_text(o.redirects)},
       {"tee", stream_spec_text(o.tee)},
       {"local_ranks_filter", join_list(ranks)},
-      {"duplicate_stdout_filters", join_list(o.duplicate_stdout_filters)},
-      {"duplicate_stderr_filters", join_list(o.duplicate_stderr_filters)},
+      {"duplicate_stdout_filters", join_list(o.duplicate_stdout_filters, "|")},
+      {"duplicate_stderr_filters", join_list(o.duplicate_stderr_filters, "|")},
       {"verbose", o.verbose ? "1" : "0"},
       {"hosts", join_hosts(c.hosts)},
       {"node_name", c.node_name},

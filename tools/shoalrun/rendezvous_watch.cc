@@ -135,8 +135,11 @@ void LauncherRendezvous::monitor_loop(int round) {
   // Missed heartbeats before a node counts as lost (node 0: before the store does).
   const auto lost_after = heartbeat_every * opts_.rdzv_conf.keep_alive_max_attempt;
   auto next_hb = Clock::now();
-  auto next_scan = Clock::now() + tick;
+  auto next_scan = Clock::now();  // the failure counter, and node 0's look at the heartbeats
   bool admit_posted = false;
+  vlog("watching the other nodes every " + rdzv::seconds_text(opts_.monitor_interval_s) + " (heartbeat every " +
+       rdzv::seconds_text(opts_.rdzv_conf.keep_alive_interval) + ", a node is lost after " +
+       std::to_string(opts_.rdzv_conf.keep_alive_max_attempt) + " missed)");
   auto last_ok = Clock::now();
   bool failure_posted = false;
   std::map<int, int64_t> last_beat;
@@ -171,16 +174,17 @@ void LauncherRendezvous::monitor_loop(int round) {
         s.add(key(round, "hb/" + std::to_string(me)), 1);
         next_hb = now + heartbeat_every;
       }
-      const int64_t nfailed = s.add(key(round, "nfailed"), 0);
+      const bool look = now >= next_scan;
+      if (look) next_scan = now + tick;
+      const int64_t nfailed = look ? s.add(key(round, "nfailed"), 0) : 0;
       if (!failure_posted && nfailed > 0) {
-        // (A failure announced but not yet written is seen on a later tick.)
+        // (A failure announced but not yet written is seen on a later look.)
         if (auto ev = read_first_failure(s, round, nfailed)) {
           failure_posted = true;
           if (ev->node != me) post(*ev);
         }
       }
-      if (master && now >= next_scan) {
-        next_scan = now + tick;
+      if (master && look) {
         for (int n = 1; n < nnodes; ++n) {
           if (gone.count(n)) continue;
           if (s.check({key(round, "settled/" + std::to_string(n))})) {
@@ -231,7 +235,8 @@ void LauncherRendezvous::monitor_loop(int round) {
       }
     }
     std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, std::min(tick, heartbeat_every), [this] { return stop_; })) return;
+    const auto wake = std::min(next_hb, next_scan);
+    if (cv_.wait_until(lock, wake, [this] { return stop_; })) return;
   }
 }
 

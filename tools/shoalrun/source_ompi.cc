@@ -26,6 +26,7 @@ std::optional<SourceResult> source_from_ompi(const Options& o) {
   if (r.nnodes > 1 && !o.master_addr) {
     if (const auto m = env_str("MASTER_ADDR")) {
       r.master_addr = *m;
+      r.master_origin = "MASTER_ADDR";
       r.detail += ", MASTER_ADDR";
     } else {
       throw UsageError("Open MPI does not say where node 0 is: pass --master-addr (or mpirun -x MASTER_ADDR=...)");

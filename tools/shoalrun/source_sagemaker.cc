@@ -73,7 +73,10 @@ std::optional<SourceResult> source_from_sagemaker() {
     } catch (const nlohmann::json::exception&) {
       throw UsageError("SM_HOSTS is not valid JSON: '" + *hosts_env + "' (expected e.g. [\"algo-1\",\"algo-2\"])");
     }
-    return make_result(host_list(j, "SM_HOSTS"), *current_env, "SM_HOSTS, SM_CURRENT_HOST", "SM_CURRENT_HOST");
+    SourceResult r =
+        make_result(host_list(j, "SM_HOSTS"), *current_env, "SM_HOSTS, SM_CURRENT_HOST", "SM_CURRENT_HOST");
+    r.master_origin = "SM_HOSTS (its first host)";
+    return r;
   }
 
   const bool override_path = shoal::env::is_set("SHOAL_SM_RESOURCE_CONFIG");
@@ -94,8 +97,10 @@ std::optional<SourceResult> source_from_sagemaker() {
   if (!j.is_object() || !j.contains("current_host") || !j["current_host"].is_string() || !j.contains("hosts")) {
     throw UsageError(path + " must hold \"current_host\" (a string) and \"hosts\" (a list)");
   }
-  return make_result(host_list(j["hosts"], path + ": \"hosts\""), j["current_host"].get<std::string>(), path,
-                     path + ": current_host");
+  SourceResult r = make_result(host_list(j["hosts"], path + ": \"hosts\""), j["current_host"].get<std::string>(),
+                               path, path + ": current_host");
+  r.master_origin = path + " (the first of its \"hosts\")";
+  return r;
 }
 
 }  // namespace shoalrun

@@ -115,6 +115,7 @@ std::optional<SourceResult> source_from_slurm() {
                      " hosts but SLURM_NNODES is " + *nnodes);
   }
   r.master_addr = r.hosts[0];
+  r.master_origin = "SLURM_JOB_NODELIST (its first host)";
   return r;
 }
 
