@@ -274,6 +274,18 @@ int LauncherRendezvous::wait_for_open_round(int not_admitted_to, Clock::time_poi
   shoal::TcpStore& s = *store_;
   int waiting_on = -1;  // the running round whose coordinator knows this launcher waits
   bool said = false;
+  // Counted while it waits, so that the coordinator's leave() lets it read the end.
+  s.add(job_key("waiters"), 1);
+  struct Uncount {
+    shoal::TcpStore& s;
+    std::string key;
+    ~Uncount() {
+      try {
+        s.add(key, -1);
+      } catch (const shoal::Error&) {
+      }
+    }
+  } uncount{s, job_key("waiters")};
   while (true) {
     if (s.check({job_key("final")})) {
       const int code = std::stoi(s.get_str(job_key("final")));

@@ -361,7 +361,8 @@ void LauncherRendezvous::leave(int round, int exit_code) {
       if (store_->check({key(round, "dead/" + std::to_string(n))})) ++dead;
     }
     const auto until = Clock::now() + ms(opts_.rdzv_conf.close_timeout);
-    while (store_->add(key(round, "left"), 0) < cluster_.nnodes - 1 - dead && Clock::now() < until) {
+    while ((store_->add(key(round, "left"), 0) < cluster_.nnodes - 1 - dead || store_->add(job_key("waiters"), 0) > 0) &&
+           Clock::now() < until) {
       std::this_thread::sleep_for(milliseconds(20));
     }
   } catch (const shoal::Error&) {
