@@ -64,7 +64,7 @@ std::string error_file_headline(const std::string& error_file) {
   const std::string type = str_field(j, "type");
   const std::string msg = str_field(j, "message");
   if (type.empty() && msg.empty()) return "";
-  return msg.empty() ? type : type + ": " + msg;
+  return msg.empty() ? type : type.empty() ? msg : type + ": " + msg;
 }
 
 std::string failure_summary(const WorkerExit& e, int node_rank, const std::string& host,
@@ -76,8 +76,8 @@ std::string failure_summary(const WorkerExit& e, int node_rank, const std::strin
   if (read_error_file(error_file, &j)) {
     const std::string type = str_field(j, "type");
     const std::string msg = str_field(j, "message");
-    s += "  uncaught exception in rank " + std::to_string(e.rank) + ": " + (msg.empty() ? type : type + ": " + msg) +
-         "\n";
+    s += "  uncaught exception in rank " + std::to_string(e.rank) + ": " +
+         (msg.empty() ? type : type.empty() ? msg : type + ": " + msg) + "\n";
     std::istringstream tb(str_field(j, "traceback"));
     std::string line;
     size_t n = 0;
