@@ -157,6 +157,51 @@ def test_lost_node_restarts_the_rest(job, max_restarts):
     assert min(s.ended for s in survivors) - killed_at < 10
 
 
+def test_close_timeout_bounds_how_long_node_0_keeps_the_store(job):
+    # A launcher killed while it waits to be admitted never says it has read
+    # the job's end: node 0 keeps the store up for close_timeout, no longer.
+    job.script("w.sh", WORKER)
+    (port,) = free_ports(1)
+    env = job.env(HOLD=1)
+    conf = ["--rdzv-conf", "last_call_timeout=30,close_timeout=2"]
+    launchers = [c10d(job, port, "1:2", *conf, env=env, name=f"l{i}") for i in range(3)]
+    wait_for(lambda: len(ups(job)) == 2, 20, what="two nodes' workers")
+    waiting = wait_for(lambda: [launcher for launcher in launchers if "waiting to be admitted" in launcher.err], 20,
+                       what="the third launcher waiting")[0]
+    waiting.signal(signal.SIGKILL)
+    waiting.wait(10)
+    (job.dir / "release").touch()
+    released = time.monotonic()
+    running = [launcher for launcher in launchers if launcher is not waiting]
+    for launcher in running:
+        assert launcher.wait(30) == 0, launcher.err
+    host = next(launcher for launcher in running if HOSTING in launcher.err)
+    other = next(launcher for launcher in running if launcher is not host)
+    assert host.ended - released >= 2.0
+    assert host.ended - other.ended < 6
+
+
+def test_heartbeat_timeout_bounds_one_call_to_a_silent_node_0(job):
+    job.script("w.sh", WORKER)
+    (port,) = free_ports(1)
+    conf = ["--rdzv-conf", "heartbeat_timeout=3.5,keep_alive_interval=0.2,keep_alive_max_attempt=2"]
+    launchers = [c10d(job, port, 2, *conf, env=job.env(HOLD=1), name=f"l{i}") for i in range(2)]
+    wait_for(lambda: len(ups(job)) == 2, 20, what="the workers")
+    host = next(launcher for launcher in launchers if HOSTING in launcher.err)
+    other = next(launcher for launcher in launchers if launcher is not host)
+    host.signal(signal.SIGSTOP)  # silent, its connections open
+    stopped = time.monotonic()
+    try:
+        assert other.wait(30) == 1, other.err
+        assert "lost the master node 0" in other.err and "stopped answering" in other.err, other.err
+        # A call waits heartbeat_timeout before the silence counts (0.4 s of
+        # missed heartbeats alone would have said so sooner).
+        assert 3.3 <= other.ended - stopped < 12
+    finally:
+        host.signal(signal.SIGKILL)
+        host.wait(10)
+
+
 def test_min_nodes_never_arrive(job):
     job.script("w.sh", WORKER)
     (port,) = free_ports(1)

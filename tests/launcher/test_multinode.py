@@ -173,6 +173,20 @@ def test_interrupt_one_node(job):
     assert "node 1 (host" in n0.err and "received SIGTERM" in n0.err
 
 
+def test_static_rendezvous_at_an_endpoint(job):
+    # torchrun's static backend with --rdzv-endpoint: node 0 hosts the
+    # launchers' store there, and is the workers' MASTER_ADDR.
+    job.script("w.sh", WORKER)
+    master_port, rdzv_port = free_ports(2)
+    launchers = [job.start("--nnodes", 2, "--node_rank", node, "--rdzv_backend=static",
+                           f"--rdzv_endpoint=127.0.0.1:{rdzv_port}", "--master-port", master_port, "--same-host-nodes",
+                           "--no-python", "./w.sh", name=f"node{node}") for node in (1, 0)]
+    for launcher in launchers:
+        assert launcher.wait() == 0, launcher.err
+    assert f"[1]: rank 1 of 2 node 1 local 0/1 port {master_port} restart 0" in launchers[0].out
+    assert f"[0]: rank 0 of 2 node 0 local 0/1 port {master_port} restart 0" in launchers[1].out
+
+
 def test_slurm_two_nodes(job):
     job.script("w.sh", WORKER)
     master_port, rdzv_port = free_ports(2)  # master_port + 1 may be taken

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, assert_ranks_reported
 
 SHOW = "import os, sys\nprint(f\"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} python {sys.executable}\")\n"
@@ -45,9 +47,12 @@ def test_python_m_shoal_run_without_a_binary(job):
     (pkg / "__init__.py").write_text("")
     shutil.copy(REPO / "python" / "shoal" / "run.py", pkg / "run.py")
     python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 outside the venv")
     prefix_bin = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True,
                                 text=True).stdout.strip() + "/bin/shoalrun"
-    assert not os.path.exists(prefix_bin), prefix_bin
+    if os.path.exists(prefix_bin):
+        pytest.skip(f"{prefix_bin} exists: the system python finds a shoalrun")
     r = run_module(job, python, ["--standalone", "w.py"], env={"PATH": "/usr/bin:/bin"},
                    pythonpath=job.dir / "site")
     assert r.returncode == 2

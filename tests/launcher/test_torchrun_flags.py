@@ -92,6 +92,18 @@ def test_every_spelling_lands_in_the_plan(job, args, env, want):
             assert got[key] == value, (key, got)
 
 
+def test_help_names_every_option(job):
+    r = job.run("--help")
+    assert r.rc == 0, r.err
+    for _, flags, _, _, _ in FLAGS:
+        for flag in flags:
+            assert flag in r.out, flag
+    for flag in ("--logs-specs", "--numa-binding", "--same-host-nodes", "--rdzv-port", "--term-timeout"):
+        assert flag in r.out, flag
+    assert "PET_<NAME>" in r.out
+    assert "every worker is a fresh process" in r.out  # what --start-method means here
+
+
 def test_flags_off_by_default_and_by_pet_zero(job):
     got, _ = plan(job, PET_STANDALONE="0", PET_VIRTUAL_LOCAL_RANK="0")
     assert got["source"] == "local" and got["virtual_local_rank"] == "0"

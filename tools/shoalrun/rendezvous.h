@@ -181,6 +181,9 @@ class LauncherRendezvous : public RemoteEvents {
   bool stop_ = false;                  // GUARDED_BY(mu_)
   std::deque<RemoteEvent> events_;     // GUARDED_BY(mu_)
   int event_pipe_[2] = {-1, -1};
+  // The monitor found node 0 gone: settle() and leave() then skip the store
+  // (each call would wait read_timeout for a store that does not answer).
+  std::atomic<bool> master_lost_{false};
 };
 
 }  // namespace shoalrun

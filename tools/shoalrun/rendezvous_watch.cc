@@ -82,6 +82,7 @@ void LauncherRendezvous::stop_monitor() {
 }
 
 void LauncherRendezvous::post(const RemoteEvent& ev) {
+  if (ev.kind == RemoteEvent::Kind::kMasterLost) master_lost_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(ev);
@@ -269,6 +270,12 @@ Outcome LauncherRendezvous::settle_once(int round, const NodeReport& mine, int s
   const int me = cluster_.node_rank;
   const int nnodes = cluster_.nnodes;
   Outcome out;
+  if (master_lost_) {
+    out.message = "lost the master " + node_name(0) + ": the launchers' rendezvous store at " + addr_ +
+                  " does not answer";
+    out.node = 0;
+    return out;
+  }
   try {
     s.set_str(key(round, "done/" + std::to_string(me)),
               json{{"ok", mine.ok}, {"restartable", mine.restartable}, {"code", mine.exit_code},
@@ -348,7 +355,7 @@ Outcome LauncherRendezvous::settle_once(int round, const NodeReport& mine, int s
 
 void LauncherRendezvous::leave(int round, int exit_code) {
   stop_monitor();
-  if (!store_) return;
+  if (!store_ || master_lost_) return;
   try {
     if (!coordinator_) {
       store_->add(key(round, "left"), 1);
