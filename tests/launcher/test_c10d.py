@@ -54,6 +54,20 @@ def test_two_nodes_meet_at_the_endpoint(job):
     assert len({m[7] for m in rows}) == 1
 
 
+def test_node_0s_local_addr_and_master_port(job):
+    # c10d: MASTER_ADDR is node 0's --local-addr (else the endpoint's host),
+    # MASTER_PORT --master-port (else a free port of node 0).
+    job.script("w.sh", WORKER)
+    port, master_port = free_ports(2)
+    launchers = [c10d(job, port, 2, "--local-addr", "localhost", "--master-port", master_port, name=f"l{i}")
+                 for i in range(2)]
+    for launcher in launchers:
+        assert launcher.wait(30) == 0, launcher.err
+    rows = [m for launcher in launchers for m in LINE.findall(launcher.out)]
+    assert sorted(m[1] for m in rows) == ["0", "1"]
+    assert {m[5] for m in rows} == {f"localhost:{master_port}"}
+
+
 def test_real_allreduce_over_c10d(job):
     exe = REPO / "build" / "bin" / "example-allreduce"
     if not exe.exists():
