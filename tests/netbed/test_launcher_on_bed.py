@@ -28,6 +28,8 @@ ALIASES = ["algo-1", "algo-2"]
 def named_hosts(bed):
     """The bed's hosts answer to algo-1 and algo-2 (and the master's service name)."""
     made = []
+    etc_netns = Path("/etc/netns")
+    made_etc_netns = not etc_netns.exists()
     try:
         for ns in bed.namespaces:
             d = Path("/etc/netns") / ns
@@ -40,6 +42,11 @@ def named_hosts(bed):
     finally:
         for d in made:
             shutil.rmtree(d, ignore_errors=True)
+        if made_etc_netns:
+            try:
+                etc_netns.rmdir()
+            except OSError:
+                pass  # something else put a file there meanwhile
 
 
 def launch(bed, host, argv, env, out_dir, name):
