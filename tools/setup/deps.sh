@@ -12,7 +12,13 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
 )
 TORCH_VERSION=2.13.0
-PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn expecttest)
+# transformers and accelerate: the Hugging Face Trainer test (tests/python/test_hf_trainer.py).
+# Pinned: docs/torch.md states what these versions hard-code. They resolve in
+# the same pip call as the pinned torch, so they never pull another one.
+TRANSFORMERS_VERSION=5.23.0
+ACCELERATE_VERSION=1.15.0
+PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn expecttest
+             "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -47,6 +53,10 @@ if [[ "${1:-}" == "--python" ]]; then
   [[ "$have" == "$TORCH_VERSION" ]] || need_install=1
   for m in numpy matplotlib pytest sklearn expecttest; do
     .venv/bin/python -c "import $m" 2>/dev/null || need_install=1
+  done
+  for pin in "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}"; do
+    .venv/bin/python -c "import importlib.metadata as m, sys; n, v = sys.argv[1].split('=='); sys.exit(m.version(n) != v)" \
+      "$pin" 2>/dev/null || need_install=1
   done
   if ((need_install)); then
     echo "setup: installing into .venv: ${PY_PACKAGES[*]}"
