@@ -121,7 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       s = net::accept_tcp(listener.get());
       transport::handshake::Hello h;
       if (!s || !net::read_full(s.get(), &h, sizeof(h), deadline)) __builtin_trap();  // no hello from rank 0
-      if (!tcp::check_hello(h, target).empty()) __builtin_trap();                      // a hello we refuse
+      if (!transport::handshake::check_hello(h, target).empty()) __builtin_trap();  // a hello we refuse
       if (proper) {
         transport::handshake::Accept a = transport::handshake::make_accept(h, target);
         net::write_full(s.get(), &a, sizeof(a), deadline);

@@ -113,17 +113,7 @@ void ShmTransport::abort(std::exception_ptr cause) {
 }
 
 void ShmTransport::fail(std::exception_ptr cause) {
-  std::exception_ptr first = broken_.keep(cause);
-  if (!closed_) {
-    closed_ = true;
-    try {
-      live_.broke(first);
-    } catch (...) {
-      // Publishing the cause is best effort; the local error stands.
-    }
-    close_all();
-  }
-  std::rethrow_exception(first);
+  broken_.fail(std::move(cause), live_, [this] { close_all(); });
 }
 
 void ShmTransport::check_broken() {

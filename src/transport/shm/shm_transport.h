@@ -111,7 +111,6 @@ class ShmTransport final : public transport::Channel {
   std::vector<std::string> names_;  // peers' host names (learn_name)
 
   FirstCause broken_;
-  bool closed_ = false;
   unsigned poll_count_ = 0;
   bool events_due_ = false;  // arm() was called: look at the sockets next poll
 };

@@ -112,7 +112,6 @@ class TcpTransport final : public Channel {
   std::vector<PeerAddress> addr_cache_;
 
   FirstCause broken_;
-  bool closed_ = false;        // driving thread only
 };
 
 }  // namespace shoal::transport::tcp
