@@ -37,6 +37,19 @@ def wait_for(cond, timeout=10.0, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
+def env_dump(*names):
+    """A worker script (run with --no-python) that writes the values of the
+    environment variables `names` to $JOB_DIR/env.$RANK ("unset" if absent)."""
+    return ("#!/bin/sh\nfor v in " + " ".join(names) + "; do\n"
+            '  eval "echo $v=\\${$v-unset}"\n'
+            'done > "$JOB_DIR/env.$RANK"\n')
+
+
+def read_env(job, rank):
+    """What env_dump's script wrote for `rank`, as a dict."""
+    return dict(l.split("=", 1) for l in (job.dir / f"env.{rank}").read_text().splitlines())
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

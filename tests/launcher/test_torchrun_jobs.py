@@ -6,19 +6,12 @@ import signal
 
 import pytest
 
-from conftest import assert_rank_files
+from conftest import assert_rank_files, env_dump, read_env
 
-DUMP = """#!/bin/sh
-for v in RANK LOCAL_RANK ROLE_NAME ROLE_RANK ROLE_WORLD_SIZE GROUP_WORLD_SIZE TORCHELASTIC_RESTART_COUNT \\
-         TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_ERROR_FILE \\
-         SHOAL_ERROR_FILE CUDA_VISIBLE_DEVICES SHOAL_ADVERTISE_ADDR; do
-  eval "echo $v=\\${$v-unset}"
-done > "$JOB_DIR/env.$RANK"
-"""
-
-
-def env_of(job, rank):
-    return dict(l.split("=", 1) for l in (job.dir / f"env.{rank}").read_text().splitlines())
+DUMP = env_dump("RANK", "LOCAL_RANK", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
+                "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "SHOAL_ERROR_FILE",
+                "CUDA_VISIBLE_DEVICES", "SHOAL_ADVERTISE_ADDR")
 
 
 def test_role_and_torchelastic_variables(job):
@@ -27,7 +20,7 @@ def test_role_and_torchelastic_variables(job):
                 "--no-python", "./env.sh")
     assert r.rc == 0, r.err
     for rank in range(2):
-        e = env_of(job, rank)
+        e = read_env(job, rank)
         assert (e["ROLE_NAME"], e["ROLE_RANK"], e["ROLE_WORLD_SIZE"], e["GROUP_WORLD_SIZE"]) == \
             ("trainer", str(rank), "2", "1")
         assert (e["TORCHELASTIC_RESTART_COUNT"], e["TORCHELASTIC_MAX_RESTARTS"], e["TORCHELASTIC_RUN_ID"]) == \
@@ -44,7 +37,7 @@ def test_virtual_local_rank(job, visible, want):
                 env=job.env(CUDA_VISIBLE_DEVICES=visible))
     assert r.rc == 0, r.err
     for rank in range(2):
-        e = env_of(job, rank)
+        e = read_env(job, rank)
         assert (e["RANK"], e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) == (str(rank), "0", want[rank])
 
 
@@ -53,7 +46,7 @@ def test_local_addr_is_what_the_workers_advertise(job, preset, want):
     job.script("env.sh", DUMP)
     r = job.run("--local-addr", "10.1.2.3", "--no-python", "./env.sh", env=job.env(SHOAL_ADVERTISE_ADDR=preset))
     assert r.rc == 0, r.err
-    assert env_of(job, 0)["SHOAL_ADVERTISE_ADDR"] == want
+    assert read_env(job, 0)["SHOAL_ADVERTISE_ADDR"] == want
 
 
 def test_run_path_runs_a_python_script_even_with_no_python(job):

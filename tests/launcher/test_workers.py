@@ -4,18 +4,11 @@ import os
 import re
 from collections import Counter
 
-from conftest import assert_rank_files
+from conftest import assert_rank_files, env_dump, read_env
 
-ENV_DUMP = """#!/bin/sh
-for v in RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT SHOAL_RESTART_COUNT \\
-         OMP_NUM_THREADS CUDA_VISIBLE_DEVICES SHOAL_ERROR_FILE; do
-  eval "echo $v=\\${$v-unset}"
-done > "$JOB_DIR/env.$RANK"
-"""
-
-
-def read_env(job, rank):
-    return dict(l.split("=", 1) for l in (job.dir / f"env.{rank}").read_text().splitlines())
+ENV_DUMP = env_dump("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                    "MASTER_PORT", "SHOAL_RESTART_COUNT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+                    "SHOAL_ERROR_FILE")
 
 
 def test_worker_environment(job):

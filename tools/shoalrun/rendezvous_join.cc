@@ -29,6 +29,19 @@ constexpr auto kJoinPoll = milliseconds(50);
 
 milliseconds ms(double s) { return milliseconds(static_cast<int64_t>(s * 1000.0)); }
 
+// The job's secret sealed (under `context`) for the launcher in `slot`, with
+// the key it sent, or why that cannot be done, in `*problem`. A launcher
+// without a key gets none.
+void seal_for(const shoal::auth::Secret& secret, const std::string& context, int64_t slot, const NodeInfo& info,
+              json* sealed, std::string* problem) {
+  if (info.key.empty()) return;
+  try {
+    (*sealed)[std::to_string(slot)] = shoal::auth::seal(secret, info.key, context);
+  } catch (const shoal::Error& e) {
+    *problem = who(info) + " sent no usable key for the job's secret: " + e.what();
+  }
+}
+
 }  // namespace
 
 LauncherRendezvous::LauncherRendezvous(const Cluster& c, const Options& o, shoal::auth::Secret secret)
@@ -243,12 +256,7 @@ bool LauncherRendezvous::join_static(int round, const NodeInfo& me, Clock::time_
       std::string problem = agreement_problem(infos, me);
       json sealed = json::object();
       for (const auto& [i, info] : by_slot) {
-        if (!problem.empty() || info.key.empty()) continue;
-        try {
-          sealed[std::to_string(i)] = shoal::auth::seal(secret_, info.key, seal_context(round, i));
-        } catch (const shoal::Error& e) {
-          problem = who(info) + " sent no usable key for the job's secret: " + e.what();
-        }
+        if (problem.empty()) seal_for(secret_, seal_context(round, i), i, info, &sealed, &problem);
       }
       if (!problem.empty()) {
         verdict = json{{"ok", false}, {"code", 2}, {"message", problem}};
@@ -366,12 +374,7 @@ bool LauncherRendezvous::join_c10d(int round, const NodeInfo& me, Clock::time_po
         const auto& [i, info] = nodes[rank];
         ranks[std::to_string(i)] = rank;
         hosts.push_back(info.host);
-        if (info.key.empty()) continue;
-        try {
-          sealed[std::to_string(i)] = shoal::auth::seal(secret_, info.key, seal_context(round, i));
-        } catch (const shoal::Error& e) {
-          problem = who(info) + " sent no usable key for the job's secret: " + e.what();
-        }
+        seal_for(secret_, seal_context(round, i), i, info, &sealed, &problem);
       }
       if (!problem.empty()) {
         verdict = json{{"ok", false}, {"code", 2}, {"message", problem}};
