@@ -100,9 +100,10 @@ class CommunicatorImpl final : public core::Runner {
   void post_p2p(Op& op) REQUIRES(sched_.drive());  // moves `op` into the in-flight list once posted
   void reap_p2p() REQUIRES(sched_.drive());
   const coll::Topology& topology() REQUIRES(sched_.drive());
-  // The arena, set up on the first collective when every rank is on this
-  // host (collectives/arena/arena_setup.h); every rank reaches the same verdict.
-  coll::arena::HostArena* arena(transport::Clock::time_point deadline) REQUIRES(sched_.drive());
+  // The arena, set up (within `timeout`) on the first collective when every
+  // rank is on this host (collectives/arena/arena_setup.h); every rank
+  // reaches the same verdict.
+  coll::arena::HostArena* arena(transport::Clock::duration timeout) REQUIRES(sched_.drive());
   core::ObserverConfig observer_config(uint64_t id, const std::string& shm_mode);  // core/observer.cc
 
   // A group split from a parent keeps it alive (declared first: released last).

@@ -210,7 +210,7 @@ void CommunicatorImpl::run_collective(Op& op) {
 
   const auto timeout = op.opts.timeout.value_or(opts_.timeout);
   const coll::Topology& topo = topology();
-  coll::arena::HostArena* shared = arena(Clock::now() + timeout);  // within this operation's time
+  coll::arena::HostArena* shared = arena(timeout);  // set up within this operation's time
   if (!op.algo) op.algo = &chosen(op.coll, a, topo);
   fp.algo = coll::algorithm_id(*op.algo);
   coll::Ctx ctx(*hybrid_, view_, op.seq, fp, timeout, scratch_, tuning_, topo, shared);
@@ -219,14 +219,14 @@ void CommunicatorImpl::run_collective(Op& op) {
   lowered.finish(op, rank_);
 }
 
-coll::arena::HostArena* CommunicatorImpl::arena(Clock::time_point deadline) {
-  if (arena_checked_) return arena_.get();
+coll::arena::HostArena* CommunicatorImpl::arena(Clock::duration timeout) {
+  if (arena_checked_) return arena_.get();  // (no clock read: a fair share of a small collective)
   arena_checked_ = true;
   if (size_ < 2 || arena_bytes_ == 0 || topo_.nhosts() != 1) return nullptr;
   coll::arena::SetupParams p{*store_, *live_, rank_, size_, uid_, root_->secret_, arena_bytes_, shm_mode_ == "1",
                              spin_us_, spin_yield()};
   std::string report;
-  arena_ = coll::arena::set_up(p, deadline, &report);
+  arena_ = coll::arena::set_up(p, Clock::now() + timeout, &report);
   observer_->info(label_ + ": " + report);
   return arena_.get();
 }
