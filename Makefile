@@ -16,11 +16,12 @@ setup-python:
 	@tools/setup/deps.sh --python
 
 # The main build includes the torch backend (python/shoal/_C*.so), so it needs
-# the virtual environment with PyTorch first. Configuring again is cheap.
+# the virtual environment with PyTorch first. Configuring again is cheap. The
+# editable install builds nothing (setup.py): it points .venv at python/, and
+# its console script .venv/bin/shoalrun runs $(BUILD)/bin/shoalrun.
 build: setup-python
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_ARGS) -DSHOAL_BUILD_TORCH=ON > $(BUILD).configure.log 2>&1 || { cat $(BUILD).configure.log; exit 1; }
 	cmake --build $(BUILD) -j $(JOBS)
-	ln -sfn "$(CURDIR)/$(BUILD)/bin/shoalrun" .venv/bin/shoalrun
 	@cd /tmp && $(CURDIR)/.venv/bin/python -c "import shoal.torch" 2>/dev/null || \
 	  $(CURDIR)/.venv/bin/pip install -q --no-build-isolation --no-deps -e $(CURDIR)
 

@@ -1,10 +1,12 @@
 // module.cc — the Python module shoal._C: the backend class PyTorch's
 // process groups hold, and its constructor. Registration with
-// torch.distributed is done in Python (python/shoal/torch.py).
+// torch.distributed is done in Python (python/shoal/torch.py); and the table
+// of SHOAL_* knobs with the values in effect, for `python -m shoal.info`.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend.h"
+#include "common/env.h"
 
 namespace py = pybind11;
 using shoal::torch_adapter::BackendConfig;
@@ -34,4 +36,21 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("comm_error", &ShoalBackend::comm_error, py::call_guard<py::gil_scoped_release>(),
            "The first error that broke this group's communicator ('' if none).");
+
+  m.def(
+      "knobs",
+      [] {
+        int n = 0;
+        const shoal::env::Knob* k = shoal::env::knobs(&n);
+        py::list out;
+        for (int i = 0; i < n; ++i) {
+          const auto value = shoal::env::get(k[i].name);
+          out.append(py::make_tuple(k[i].name, value ? py::object(py::str(*value)) : py::object(py::none()),
+                                    shoal::env::is_set(k[i].name),
+                                    k[i].shown_default ? k[i].shown_default : k[i].default_value));
+        }
+        return out;
+      },
+      "The SHOAL_* knobs (src/common/env.cc), each as (name, value in effect or None, whether it is set "
+      "in the environment, the default as docs/knobs.md shows it, '' for none).");
 }
