@@ -1,5 +1,5 @@
 # shoal — the two commands: `make demo` and `make test` (each sets itself up).
-.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-netbed test-asan test-fuzz demo demo-perf bench clean
+.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-netbed test-package test-asan test-fuzz demo demo-perf bench clean
 
 BUILD      ?= build
 # One clang AddressSanitizer tree serves the ASan test run and the fuzzers.
@@ -51,13 +51,23 @@ test-cpp: build
 test-netbed: build
 	$(call scratch,netbed) .venv/bin/python -m pytest -q tests/netbed
 
+# shoal as users install it (docs/install.md): the wheel `pip wheel` makes of
+# this checkout, installed into a fresh venv with the same torch and used from
+# / (import, `python -m shoal.info`, a 2-rank job through its shoalrun); and
+# the C++ package of `cmake --install`, which examples/cpp builds against out
+# of tree. The wheel is made from $(BUILD), so nothing compiles again (about a
+# minute in all; a wheel from a clean checkout compiles its own tree).
+test-package: build
+	$(call scratch,package) SHOAL_CMAKE_BUILD_DIR=$(CURDIR)/$(BUILD) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+	  .venv/bin/python -m pytest -q tests/package
+
 # The suite again under AddressSanitizer, on the default transports only (the
 # shm_copy. and tcp. runs are the plain build's; SHOAL_TEST_QUICK trims the
 # largest transfers).
 test-asan: build-asan
 	$(call scratch,asan) cd $(SAN_BUILD) && SHOAL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1 -E '^(shm_copy|tcp)\.'
 
-test: test-cpp test-launcher test-python test-netbed test-asan test-fuzz
+test: test-cpp test-launcher test-python test-netbed test-package test-asan test-fuzz
 
 # The fuzzers (tests/fuzz, libFuzzer + AddressSanitizer, clang): each runs for
 # FUZZ_SECONDS on a scratch copy of its committed seed corpus; a crash, leak or

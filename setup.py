@@ -26,8 +26,9 @@ Build settings, from the environment (docs/install.md):
                               already with SHOAL_BUILD_TORCH=ON for this
                               interpreter (`make test-package` passes the
                               development build), instead of the wheel's own
-                              tree build/pip/cmake-<python tag>
+                              tree build/pip/cmake-<python abi>-<environment>
 """
+import hashlib
 import os
 import shlex
 import shutil
@@ -83,21 +84,23 @@ class CMakeBuild(build_ext):
             sys.exit(f"shoal: {sys.executable} cannot import torch. shoal builds against the torch already "
                      "installed in the target environment and never installs one: install torch first "
                      "(a build isolation other than pip's hides it: use --no-build-isolation).")
-        tree = os.environ.get("SHOAL_CMAKE_BUILD_DIR")
-        tree = Path(tree).resolve() if tree else self.own_tree()
-        if os.environ.get("SHOAL_CMAKE_BUILD_DIR"):
-            self.check_given_tree(tree, env)
-        else:
+        given = os.environ.get("SHOAL_CMAKE_BUILD_DIR")
+        tree = Path(given).resolve() if given else self.own_tree()
+        if not given:
             self.configure(tree, env)
         self.spawn_env(["cmake", "--build", str(tree), "--target", *TARGETS], env)
+        if given:
+            self.check_given_tree(tree, env)
         prefix = Path(self.build_lib).resolve() / "shoal"
         for component in COMPONENTS:
             self.spawn_env(["cmake", "--install", str(tree), "--prefix", str(prefix), "--component", component], env)
         print(f"shoal: built against torch {torch_version} in {tree}")
 
     def own_tree(self):
+        """One tree per target environment (torch's CMake config caches its paths)."""
         tag = sysconfig.get_config_var("SOABI") or f"py{sys.version_info[0]}{sys.version_info[1]}"
-        return ROOT / "build" / "pip" / f"cmake-{tag}"
+        env = hashlib.sha1(str(Path(sys.prefix).resolve()).encode()).hexdigest()[:8]
+        return ROOT / "build" / "pip" / f"cmake-{tag}-{env}"
 
     def configure(self, tree, env):
         args = ["cmake", "-S", str(ROOT), "-B", str(tree)]
@@ -119,7 +122,7 @@ class CMakeBuild(build_ext):
         """A tree given by SHOAL_CMAKE_BUILD_DIR must be built for this interpreter's torch."""
         if cache_value(tree, "SHOAL_BUILD_TORCH") not in ("ON", "TRUE", "1"):
             sys.exit(f"shoal: SHOAL_CMAKE_BUILD_DIR={tree} is not a CMake tree configured with SHOAL_BUILD_TORCH=ON")
-        python = cache_value(tree, "Python3_EXECUTABLE") or ""
+        python = cache_value(tree, "SHOAL_TORCH_PYTHON") or ""
         query = "import sys; print(sys.prefix)"
         r = subprocess.run([python, "-c", query], env=env, capture_output=True, text=True) if python else None
         theirs = Path(r.stdout.strip()).resolve() if r is not None and r.returncode == 0 else None

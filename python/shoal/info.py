@@ -83,6 +83,9 @@ def report():
     else:
         out.append(f"built against torch: {info.torch_version} (python {info.python_version}, "
                    f"{info.compiler}, {info.build_type}; libshoal {info.version})")
+        if info.version != shoal.__version__:
+            out.append(f"  MISMATCH: libshoal {info.version} beside the Python package {shoal.__version__}")
+            ok = False
     try:
         import torch
         out.append(f"torch imported:      {torch.__version__} ({Path(torch.__file__).parent})")
