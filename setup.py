@@ -23,10 +23,10 @@ Build settings, from the environment (docs/install.md):
   CMAKE_ARGS                  more arguments for the configure step
   CMAKE_BUILD_PARALLEL_LEVEL  parallel jobs (CMake reads it)
   SHOAL_CMAKE_BUILD_DIR       build and install from this tree, configured
-                              already with SHOAL_BUILD_TORCH=ON for this
-                              interpreter (`make test-package` passes the
-                              development build), instead of the wheel's own
-                              tree build/pip/cmake-<python abi>-<environment>
+                              already with SHOAL_BUILD_TORCH=ON against this
+                              environment's torch (`make test-package` passes
+                              the development build), instead of the wheel's
+                              own tree build/pip/cmake-<python abi>-<environment>
 """
 import hashlib
 import os
@@ -44,17 +44,19 @@ ROOT = Path(__file__).resolve().parent
 # Targets the package needs, and the install components that hold them.
 TARGETS = ["shoal", "shoal_torch", "shoalrun"]
 COMPONENTS = ["shoal_runtime", "shoal_python"]
-TORCH_QUERY = "import torch; print(torch.__version__)"
+TORCH_QUERY = "import torch; print(torch.__version__); print(torch.utils.cmake_prefix_path)"
 
 
-def torch_environment():
-    """(environment in which this interpreter imports torch, torch's version), or (None, None)."""
+def find_torch():
+    """(environment in which this interpreter imports torch, torch's version, its CMake prefix path),
+    or (None, None, None)."""
     outside = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
     for env in (dict(os.environ), outside):
         r = subprocess.run([sys.executable, "-c", TORCH_QUERY], env=env, capture_output=True, text=True)
         if r.returncode == 0:
-            return env, r.stdout.strip().splitlines()[-1]
-    return None, None
+            version, cmake_prefix = r.stdout.strip().splitlines()[-2:]
+            return env, version, cmake_prefix
+    return None, None, None
 
 
 def cache_value(tree, name):
@@ -79,7 +81,7 @@ class CMakeBuild(build_ext):
     def run(self):
         if self.editable_mode or self.inplace:
             return  # the development build (make build) provides them in python/shoal
-        env, torch_version = torch_environment()
+        env, torch_version, torch_cmake_prefix = find_torch()
         if env is None:
             sys.exit(f"shoal: {sys.executable} cannot import torch. shoal builds against the torch already "
                      "installed in the target environment and never installs one: install torch first "
@@ -89,8 +91,10 @@ class CMakeBuild(build_ext):
         if not given:
             self.configure(tree, env)
         self.spawn_env(["cmake", "--build", str(tree), "--target", *TARGETS], env)
-        if given:
-            self.check_given_tree(tree, env)
+        if given and cache_value(tree, "SHOAL_TORCH_BUILT_WITH") != torch_cmake_prefix:
+            sys.exit(f"shoal: SHOAL_CMAKE_BUILD_DIR={tree} is not built against this environment's torch "
+                     f"({torch_cmake_prefix}); its CMakeCache.txt says "
+                     f"{cache_value(tree, 'SHOAL_TORCH_BUILT_WITH') or 'no torch (SHOAL_BUILD_TORCH=OFF)'}")
         prefix = Path(self.build_lib).resolve() / "shoal"
         for component in COMPONENTS:
             self.spawn_env(["cmake", "--install", str(tree), "--prefix", str(prefix), "--component", component], env)
@@ -118,18 +122,6 @@ class CMakeBuild(build_ext):
         ]
         self.spawn_env(args, env)
 
-    def check_given_tree(self, tree, env):
-        """A tree given by SHOAL_CMAKE_BUILD_DIR must be built for this interpreter's torch."""
-        if cache_value(tree, "SHOAL_BUILD_TORCH") not in ("ON", "TRUE", "1"):
-            sys.exit(f"shoal: SHOAL_CMAKE_BUILD_DIR={tree} is not a CMake tree configured with SHOAL_BUILD_TORCH=ON")
-        python = cache_value(tree, "SHOAL_TORCH_PYTHON") or ""
-        query = "import sys; print(sys.prefix)"
-        r = subprocess.run([python, "-c", query], env=env, capture_output=True, text=True) if python else None
-        theirs = Path(r.stdout.strip()).resolve() if r is not None and r.returncode == 0 else None
-        if theirs != Path(sys.prefix).resolve():
-            sys.exit(f"shoal: SHOAL_CMAKE_BUILD_DIR={tree} was configured for {python or 'no Python'}, "
-                     f"not for this environment ({sys.prefix})")
-
     def spawn_env(self, args, env):
         print(" ".join(shlex.quote(a) for a in args), flush=True)
         subprocess.run(args, env=env, check=True)
@@ -137,7 +129,7 @@ class CMakeBuild(build_ext):
 
 def torch_requirement():
     """The torch this build compiles against, pinned (without its local label: 2.13.0+cpu -> 2.13.0)."""
-    _, version = torch_environment()
+    _, version, _ = find_torch()
     return [f"torch=={version.split('+')[0]}"] if version else ["torch>=2.1"]
 
 

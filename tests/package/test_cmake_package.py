@@ -26,6 +26,9 @@ def test_example_builds_out_of_tree_and_runs(prefix, tmp_path):
     cache = (tree / "CMakeCache.txt").read_text()
     assert f"shoal_DIR:PATH={prefix}/lib/cmake/shoal" in cache.splitlines()
     run(["cmake", "--build", tree], env=env, timeout=300)
+    # Linked with libshoal alone: its private dependencies stay off the link line.
+    link = "".join(p.read_text() for p in [tree / "build.ninja", *tree.rglob("link.txt")] if p.exists())
+    assert f"{prefix}/lib/libshoal.so" in link and "crypto" not in link and "hwy" not in link
     r = run([prefix / "bin" / "shoalrun", "--nproc-per-node", "2", "--master-port", free_port(), "--no-python",
              tree / "example-allreduce"], env=env, cwd=tmp_path, timeout=60)
     lines = r.stdout.splitlines()

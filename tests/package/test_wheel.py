@@ -101,6 +101,20 @@ def test_shoal_info_reports_the_build_the_torch_and_the_knobs(venv):
     assert sorted(knobs) == sorted(re.findall(r"^\| `(SHOAL_[A-Z0-9_]+)`", table, re.M))
 
 
+def test_shoal_info_fails_on_a_torch_mismatch(venv):
+    # What a torch upgrade under an installed shoal looks like to shoal.info.
+    info = site_packages(venv) / "shoal" / "_build_info.py"
+    text = info.read_text()
+    try:
+        info.write_text(re.sub(r'torch_version = ".*"', 'torch_version = "2.0.0"', text))
+        r = run([venv / "bin" / "python", "-m", "shoal.info"], env=outside_env(venv / "bin"), check=False)
+    finally:
+        info.write_text(text)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "built against torch: 2.0.0 " in r.stdout
+    assert "  MISMATCH: shoal._C was built against another torch; rebuild shoal against this one" in r.stdout
+
+
 def test_a_two_rank_all_reduce_through_the_installed_shoalrun(venv, tmp_path):
     (tmp_path / "job.py").write_text(JOB)
     env = outside_env(venv / "bin")
