@@ -59,3 +59,26 @@ def test_python_m_shoal_run_without_a_binary(job):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shoal.run: error: no shoalrun binary found"), r.stderr
     assert "build it with `make build`" in lines[0]
+
+
+def test_the_console_script_does_not_run_itself(job):
+    # An install whose binary is missing (here: a copy of the package without
+    # one) and whose console script `shoalrun` is on PATH: shoal.run must not
+    # take the script for the binary and execute itself again and again.
+    pkg = job.dir / "site" / "shoal"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    shutil.copy(REPO / "python" / "shoal" / "run.py", pkg / "run.py")
+    bin_dir = job.dir / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "shoalrun"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom shoal.run import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 outside the venv")
+    job.script("w.py", "pass\n")
+    r = run_module(job, python, ["--standalone", "w.py"], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                   pythonpath=job.dir / "site")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("shoal.run: error: no shoalrun binary found"), r.stderr
