@@ -92,8 +92,8 @@ def report():
         if info is not None and torch.__version__ != info.torch_version:
             out.append("  MISMATCH: shoal._C was built against another torch; rebuild shoal against this one")
             ok = False
-    except ImportError as e:
-        out.append(f"torch imported:      none ({e})")
+    except Exception as e:  # noqa: BLE001 (a report: any failure to load is what it shows)
+        out.append(f"torch imported:      cannot be imported: {e}")
         ok = False
     out.append(f"python:              {platform.python_version()} ({sys.executable})")
     knobs = None
@@ -102,7 +102,7 @@ def report():
         knobs = _C.knobs()
         out.append(f"shoal._C:            {_C.__file__}")
         out.append(f"libshoal:            {_loaded('libshoal.') or 'not loaded'}")
-    except ImportError as e:
+    except Exception as e:  # noqa: BLE001
         out.append(f"shoal._C:            cannot be loaded: {e}")
         ok = False
     out.append(f"shoalrun:            {_run.find_shoalrun() or 'not found'}")
