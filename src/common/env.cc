@@ -69,6 +69,9 @@ const Knob kKnobs[] = {
      "`shoal.modelparallel`: the model-parallel config as JSON (e.g. `{\"partitions\": 2, "
      "\"microbatches\": 4}`), read by `smp.init()` when no dict is passed; before SageMaker's "
      "`SM_HP_MP_PARAMETERS`. Keys in docs/modelparallel.md."},
+    {"SHOAL_CMAKE_BUILD_DIR", "", nullptr,
+     "`setup.py` (`pip wheel`, `pip install .`): build the wheel from this CMake tree, configured with "
+     "`SHOAL_BUILD_TORCH=ON` for the same environment, instead of its own (docs/install.md)."},
     {"SHOAL_DEBUG", "WARN", nullptr,
      "What shoal prints on stderr besides warnings: `INFO` (once per communicator: which ranks "
      "share a host, the transport to each peer, the settings; the algorithm chosen the first time "
