@@ -114,7 +114,6 @@ class Scheduler {
 
   Family& family() { return *driver_->family; }
   const std::shared_ptr<Family>& family_ptr() const { return driver_->family; }
-  uint32_t ctx() const { return member_.ctx; }
   // The family's drive lock (an expression the thread-safety analysis follows).
   DriveLock& drive() const RETURN_CAPABILITY(driver_->family->drive) { return driver_->family->drive; }
   // Says that this thread drives (the lock was taken through another path,

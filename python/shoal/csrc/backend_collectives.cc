@@ -64,11 +64,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce(std::vector<at::Tensor>& tensors,
                                                     const c10d::ReduceOptions& opts) {
   Call c(*this, "reduce", c10d::OpType::REDUCE, opts);
-  c.one("tensors", tensors);
-  c.root(opts.rootRank);
-  if (opts.rootTensor != 0) c.fail("root_tensor", "must be 0 (one tensor per process)");
-  const at::Tensor& t = tensors[0];
-  c.tensor("tensor", t);
+  const at::Tensor& t = c.rooted_one(tensors, opts.rootRank, opts.rootTensor);
   ReduceOp op = c.reduce_op(opts.reduceOp);
   Elem e = c.reduce_elem("tensor", t, op);
   at::Tensor b = c.inout(t, "tensor");
@@ -175,11 +171,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> ShoalBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                        const c10d::BroadcastOptions& opts) {
   Call c(*this, "broadcast", c10d::OpType::BROADCAST, opts);
-  c.one("tensors", tensors);
-  c.root(opts.rootRank);
-  if (opts.rootTensor != 0) c.fail("root_tensor", "must be 0 (one tensor per process)");
-  const at::Tensor& t = tensors[0];
-  c.tensor("tensor", t);
+  const at::Tensor& t = c.rooted_one(tensors, opts.rootRank, opts.rootTensor);
   Elem e = c.move_elem(t);
   at::Tensor b = getRank() == opts.rootRank ? c.in(t) : c.out(t, "tensor");
   const int root = static_cast<int>(opts.rootRank);

@@ -170,6 +170,15 @@ class Call {
       fail(arg, std::to_string(root) + " is out of range for a group of " + std::to_string(size()) + " ranks");
     }
   }
+  // A rooted collective's one tensor (broadcast, reduce): checks the list,
+  // the root and c10d's root_tensor, and returns the tensor, itself checked.
+  const at::Tensor& rooted_one(const std::vector<at::Tensor>& tensors, int64_t root_rank, int64_t root_tensor) {
+    one("tensors", tensors);
+    root(root_rank);
+    if (root_tensor != 0) fail("root_tensor", "must be 0 (one tensor per process)");
+    tensor("tensor", tensors[0]);
+    return tensors[0];
+  }
 
   // Data movement: any dtype.
   Elem move_elem(const at::Tensor& t) const {
@@ -241,28 +250,8 @@ class Call {
     keep_.push_back(c);
     return c;
   }
-  at::Tensor inout(const at::Tensor& t, const std::string& arg) {
-    if (t.is_contiguous()) {
-      keep_.push_back(t);
-      return t;
-    }
-    writable(arg, t);
-    at::Tensor c = t.contiguous();
-    keep_.push_back(c);
-    copy_back_.emplace_back(t, c);
-    return c;
-  }
-  at::Tensor out(const at::Tensor& t, const std::string& arg) {
-    if (t.is_contiguous()) {
-      keep_.push_back(t);
-      return t;
-    }
-    writable(arg, t);
-    at::Tensor c = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
-    keep_.push_back(c);
-    copy_back_.emplace_back(t, c);
-    return c;
-  }
+  at::Tensor inout(const at::Tensor& t, const std::string& arg) { return written(t, arg, true); }
+  at::Tensor out(const at::Tensor& t, const std::string& arg) { return written(t, arg, false); }
   at::Tensor scratch(int64_t numel, const at::Tensor& like) {
     at::Tensor c = at::empty({numel}, like.options().memory_format(at::MemoryFormat::Contiguous));
     keep_.push_back(c);
@@ -318,6 +307,20 @@ class Call {
   }
 
  private:
+  // A tensor the operation writes: itself when contiguous, else a contiguous
+  // copy (of its values when `read`) that is copied back at completion.
+  at::Tensor written(const at::Tensor& t, const std::string& arg, bool read) {
+    if (t.is_contiguous()) {
+      keep_.push_back(t);
+      return t;
+    }
+    writable(arg, t);
+    at::Tensor c =
+        read ? t.contiguous() : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+    keep_.push_back(c);
+    copy_back_.emplace_back(t, c);
+    return c;
+  }
   ShoalBackend& be_;
   const char* coll_;
   c10d::OpType type_;

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "shoal/error.h"
+#include "transport/peer_slot.h"
 #include "transport/shm/shm_channel.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/shm/shm_util.h"
@@ -35,17 +36,7 @@ handshake::Identity ShmTransport::identity() const {
 // ---- connections ---------------------------------------------------------
 
 PeerChannel& ShmTransport::channel_for(int peer) {
-  if (peer < 0 || peer >= opts_.size || peer == opts_.rank) {
-    throw InvalidArgument("peer: rank " + std::to_string(peer) + " is not another rank of a " +
-                          std::to_string(opts_.size) + "-rank communicator (this is rank " +
-                          std::to_string(opts_.rank) + ")");
-  }
-  auto& slot = peers_[peer];
-  if (!slot) {
-    slot = std::make_unique<PeerChannel>();
-    slot->peer = peer;
-  }
-  PeerChannel& c = *slot;
+  PeerChannel& c = peer_slot(peers_, peer, opts_.rank);
   if (c.dead) {
     fail(live_.lost(peer, describe_peer(peer), c.dead_detail));
   }

@@ -13,6 +13,7 @@
 
 #include "shoal/error.h"
 #include "transport/matching.h"
+#include "transport/peer_slot.h"
 #include "transport/tcp/tcp_conn.h"
 
 namespace shoal::transport::tcp {
@@ -116,17 +117,7 @@ void TcpTransport::on_conn_error(Conn& c, const std::string& detail) {
 // ---- connections ---------------------------------------------------------
 
 Conn& TcpTransport::conn_for(int peer) {
-  if (peer < 0 || peer >= opts_.size || peer == opts_.rank) {
-    throw InvalidArgument("peer: rank " + std::to_string(peer) + " is not another rank of a " +
-                          std::to_string(opts_.size) + "-rank communicator (this is rank " +
-                          std::to_string(opts_.rank) + ")");
-  }
-  auto& slot = peers_[peer];
-  if (!slot) {
-    slot = std::make_unique<Conn>();
-    slot->peer = peer;
-  }
-  Conn& c = *slot;
+  Conn& c = peer_slot(peers_, peer, opts_.rank);
   if (c.dead) {
     fail(live_.lost(peer, describe_peer(peer), c.dead_detail));
   }
