@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import sys
 import warnings
 
 import torch
@@ -128,6 +129,14 @@ def main():
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()
+    # Leave without the interpreter's teardown: on the Gloo job (shoal not
+    # even imported) a thread of the Hugging Face stack was once still
+    # joinable there and aborted the rank ("terminate called without an
+    # active exception") after its report was written. The process group
+    # is destroyed above, so shoal's own shutdown has run.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
