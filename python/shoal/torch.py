@@ -1,6 +1,7 @@
 """shoal as a torch.distributed backend.
 
-Importing this module registers the backend ``shoal`` (CPU tensors); after that
+Importing this module registers the backend ``shoal`` (CPU tensors, and GPU
+tensors when torch has CUDA: ``DEVICES``); after that
 ``torch.distributed.init_process_group(backend="shoal")`` and
 ``torch.distributed.new_group(backend="shoal")`` work with every init method
 (``env://``, ``tcp://``, ``file://``) and with the store PyTorch passes.
@@ -11,6 +12,7 @@ compatibility module uses it for ``smddp``). It is idempotent.
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import socket
@@ -25,9 +27,22 @@ __all__ = ["register", "ShoalBackend", "DEVICES"]
 
 ShoalBackend = _C.ShoalBackend
 
-# Device types the backend serves. CUDA comes later: the adapter checks the
-# device of every tensor, so adding "cuda" here is where it starts.
-DEVICES = ["cpu"]
+def _devices():
+    """Device types the backend serves: the CPU, CUDA (or ROCm) when this torch
+    has it, and torch's PrivateUse1 device when a package has named it
+    (``torch.utils.rename_privateuse1_backend``) before shoal was imported.
+    The adapter drives any of them through c10's device-generic streams and
+    events (docs/torch.md, "GPU tensors")."""
+    devices = ["cpu"]
+    if torch.version.cuda or torch.version.hip:
+        devices.append("cuda")
+    private = torch._C._get_privateuse1_backend_name()
+    if private != "privateuseone":
+        devices.append(private)
+    return devices
+
+
+DEVICES = _devices()
 
 
 def _base_store(store):
@@ -111,3 +126,8 @@ def entry_point() -> None:
 
 
 register("shoal")
+
+# Operations still completing at exit run their future callbacks (Python ones
+# included) on shoal's completion threads: let them finish while the
+# interpreter can still run them.
+atexit.register(_C._quiesce, 5.0)

@@ -42,6 +42,13 @@ const Knob kKnobs[] = {
      "in several rounds). Rounded up to 4 KiB; 4096 to 1073741824, or `0` to turn the arena off "
      "(the message-based algorithms are used instead). `SHOAL_SHM=0` turns it off too. See "
      "[transports.md](transports.md), \"The shared arena\"."},
+    {"SHOAL_DEVICE_CHUNK_BYTES", "4194304", nullptr,
+     "torch backend, GPU tensors: an all_reduce larger than this moves through host memory in "
+     "pieces of this size, each copied down, reduced across ranks and copied back while the next "
+     "is on its way ([torch.md](torch.md), \"GPU tensors\")."},
+    {"SHOAL_DEVICE_STAGING_BYTES", "67108864", nullptr,
+     "torch backend, GPU tensors: pinned host memory each device of a process group keeps for "
+     "staging; the pieces of one all_reduce in flight at a time fit in it (at least two pieces)."},
     {"SHOAL_HOST_ID", "", "(derived)",
      "This rank's host identity. Default: host name, boot id and network namespace. Ranks with "
      "equal identities talk through shared memory and count as one host to the topology-aware "

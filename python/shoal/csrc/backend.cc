@@ -5,6 +5,8 @@
 // a ShoalWork returned that completes when they have.
 #include "backend.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
@@ -46,10 +48,12 @@ ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
     C10_THROW_ERROR(DistBackendError, std::string("shoal: creating the ") + cfg_.name + " backend: " + e.what());
   }
   completer_ = std::make_unique<Completer>();
+  issuer_ = std::make_unique<Issuer>();
   init();
 }
 
 ShoalBackend::~ShoalBackend() {
+  issuer_.reset();  // hands what is queued to the core first
   std::shared_ptr<Communicator> comm;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -62,6 +66,28 @@ ShoalBackend::~ShoalBackend() {
 std::shared_ptr<Communicator> ShoalBackend::comm() const {
   std::lock_guard<std::mutex> g(mu_);
   return comm_;
+}
+
+std::shared_ptr<DeviceSide> ShoalBackend::device_side(const c10::Device& d, std::string* why) {
+  if (!c10::impl::hasDeviceGuardImpl(d.type())) {
+    *why = "tensor is on " + d.str() + ", a device this torch cannot drive (no streams or events for it)";
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> g(device_mu_);
+  if (device_) {
+    if (device_->device == d) return device_;
+    *why = "tensor is on " + d.str() + ", but this process group works on " + device_->device.str() +
+           " on this rank (one device per rank and group, set by its first operation on a device; "
+           "call torch.cuda.set_device(local_rank) before creating the group, or make one group per device)";
+    return nullptr;
+  }
+  auto knob = [](const char* name) {
+    const int64_t v = env::get_int(name).value_or(0);
+    TORCH_CHECK(v > 0, "shoal: ", name, " must be a positive number of bytes, got ", v);
+    return static_cast<size_t>(v);
+  };
+  device_ = std::make_shared<DeviceSide>(d, knob("SHOAL_DEVICE_CHUNK_BYTES"), knob("SHOAL_DEVICE_STAGING_BYTES"));
+  return device_;
 }
 
 // c10d's options carry kUnsetTimeout (-1 ms) when the caller gave none: then
@@ -129,8 +155,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::send(std::vector<at::Tensor>& tenso
   if (tag < 0) c.fail("tag", "must be >= 0, got " + std::to_string(tag));
   Elem e = c.move_elem(tensors[0]);
   at::Tensor b = c.in(tensors[0]);
-  return c.launch({tensors[0]}, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.send(b.data_ptr(), e.count(b), e.dt, dst, tag, c.oo())};
+  return c.launch({tensors[0]}, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.send(b.data_ptr(), e.count(b), e.dt, dst, tag, oo)};
   });
 }
 
@@ -144,8 +170,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::recv(std::vector<at::Tensor>& tenso
   if (tag < 0) c.fail("tag", "must be >= 0, got " + std::to_string(tag));
   Elem e = c.move_elem(tensors[0]);
   at::Tensor b = c.out(tensors[0], "tensor");
-  return c.launch({tensors[0]}, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.recv(b.data_ptr(), e.count(b), e.dt, src, tag, c.oo())};
+  return c.launch({tensors[0]}, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.recv(b.data_ptr(), e.count(b), e.dt, src, tag, oo)};
   });
 }
 
@@ -156,8 +182,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::recvAnysource(std::vector<at::Tenso
   if (tag < 0) c.fail("tag", "must be >= 0, got " + std::to_string(tag));
   Elem e = c.move_elem(tensors[0]);
   at::Tensor b = c.out(tensors[0], "tensor");
-  return c.launch({tensors[0]}, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.recv(b.data_ptr(), e.count(b), e.dt, kAnySource, tag, c.oo())};
+  return c.launch({tensors[0]}, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.recv(b.data_ptr(), e.count(b), e.dt, kAnySource, tag, oo)};
   });
 }
 
@@ -165,7 +191,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::recvAnysource(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::barrier(const c10d::BarrierOptions& opts) {
   Call c(*this, "barrier", c10d::OpType::BARRIER, opts);
-  return c.launch({}, [&](Communicator& comm) { return std::vector<WorkPtr>{comm.barrier(c.oo())}; });
+  return c.launch({}, [=](Communicator& comm, const OpOptions& oo) { return std::vector<WorkPtr>{comm.barrier(oo)}; });
 }
 
 // Rank 0 waits for a token from every other rank, up to the timeout, and names

@@ -5,12 +5,18 @@
 // the order the calls reach it, so they complete in issue order on every rank
 // (the contract of shoal::Communicator and of c10d).
 //
-// Tensors: shoal works on raw pointers. A ShoalWork holds every tensor an
-// operation touches (the user's and any staging copy) until it completes.
-// Non-contiguous tensors are staged: inputs are copied into contiguous
-// buffers before the call, outputs are received into contiguous buffers and
-// copied back when the operation completes, before the work and its future
-// are marked complete.
+// Tensors: shoal works on raw pointers to host memory. A ShoalWork holds
+// every tensor an operation touches (the user's and any staging copy) until
+// it completes. Non-contiguous tensors are staged: inputs are copied into
+// contiguous buffers before the call, outputs are received into contiguous
+// buffers and copied back when the operation completes, before the work and
+// its future are marked complete. Tensors on a device (CUDA, or any device
+// torch drives through c10's streams and events) are staged through pinned
+// host buffers on side streams, with NCCL's stream semantics (device.h).
+//
+// Order: the Issuer hands every operation to the core in call order; one
+// whose device data is still on its way down waits there, and so do the
+// CPU operations behind it (one process group serves both devices).
 //
 // Completion: shoal::Work::on_complete runs on the communicator's executor
 // thread, which must never block. When nothing else has to happen (no copy
@@ -42,17 +48,29 @@
 #include <thread>
 #include <vector>
 
+#include "device.h"
 #include "shoal/communicator.h"
 
 namespace shoal::torch_adapter {
 
 class ShoalWork;
 
+// What shoal's own threads still have to do for torch: works not finished,
+// completion tasks and Issuer jobs not done (with what they hold released).
+// At interpreter exit shoal.torch waits (bounded) until there is none, so
+// that no thread of ours runs a Python callback or drops the last reference
+// to a Python-owned tensor while the interpreter goes away.
+struct Activity {
+  static void begin();
+  static void end();
+  static bool wait_quiet(std::chrono::milliseconds timeout);
+};
+
 // The threads that finish works whose completion needs more than a flag:
 // copies back into user tensors and future callbacks. Callbacks may block
 // (PowerSGD's hook waits on a nested allreduce's future inside a callback),
-// so a work is never left queued behind a busy thread: when no thread is
-// idle, post() starts another (up to kMaxThreads). Works hold a shared
+// so a task is never left queued behind a busy thread: when no thread is
+// idle, post() starts another (up to kMaxThreads). Tasks hold a shared
 // reference to the queue, so the last reference may go on any thread.
 class Completer {
  public:
@@ -61,12 +79,13 @@ class Completer {
   struct Queue : std::enable_shared_from_this<Queue> {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<c10::intrusive_ptr<ShoalWork>> items;  // under mu
-    std::vector<std::thread> threads;                 // under mu
-    int idle = 0;                                     // under mu
-    bool stop = false;                                // under mu
-    void post(c10::intrusive_ptr<ShoalWork> w);
+    std::deque<std::function<void()>> items;  // under mu
+    std::vector<std::thread> threads;         // under mu
+    int idle = 0;                             // under mu
+    bool stop = false;                        // under mu
+    void post(std::function<void()> task);
   };
+
 
   Completer();
   ~Completer();  // drains the queue, then joins
@@ -80,43 +99,66 @@ class Completer {
   std::shared_ptr<Queue> queue_;
 };
 
+// A c10d::Work over the shoal operations of one c10d call. Issued in three
+// steps, on whichever thread hands the call to the core: start(), add() for
+// each shoal operation (with work to do on the completion thread when it
+// has succeeded, e.g. copying one piece back to the device), seal().
+//
+// On a device (`device` set), completion runs with the device's h2d stream
+// current: copies back are queued there after the call's `ready` event,
+// then the work's done event is recorded; wait() and synchronize() make the
+// caller's current stream wait for it, and the future's events are recorded
+// on that stream (its callbacks run on streams that waited for them).
 class ShoalWork : public c10d::Work {
  public:
-  ShoalWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, uint64_t seq);
+  ShoalWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, uint64_t seq,
+            std::shared_ptr<DeviceSide> device = nullptr, std::shared_ptr<c10::Event> ready = nullptr);
   ~ShoalWork() override;
 
   // Setup, before start(): tensors to keep alive, work to do at completion.
   void keep(at::Tensor t) { keep_.push_back(std::move(t)); }
   void on_success(std::function<void()> fn) { finishers_.push_back(std::move(fn)); }
-  // Tracks the given shoal works; completes when all of them have.
-  static void start(const c10::intrusive_ptr<ShoalWork>& self, std::vector<WorkPtr> works,
-                    std::shared_ptr<Completer::Queue> completer);
+  void set_seq(uint64_t seq) { seq_ = seq; }
+
+  static void start(const c10::intrusive_ptr<ShoalWork>& self, std::shared_ptr<Completer::Queue> completer);
+  static void add(const c10::intrusive_ptr<ShoalWork>& self, WorkPtr w, std::function<void()> after = {});
+  // No more add()s; `err`: the issue itself failed (the work fails with it).
+  static void seal(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err = nullptr);
+  bool failed();
 
   // c10d::Work. wait() first waits on shoal's handles, which lets the
   // calling thread run the queued operation itself when the executor is idle.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  void blockCurrentStream() override;
+  bool isCompleted() override;
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return seq_; }
 
-  // Run by the completion thread (or inline when nothing else is needed).
-  void complete();
-
  private:
-  void core_done(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err);
+  void part_done(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err);
+  void complete();  // on the completion thread (or inline when nothing else is needed)
+  void finish_up();
 
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_;
   std::vector<std::function<void()>> finishers_;
-  std::vector<WorkPtr> works_;  // set by start(), then read-only
   std::shared_ptr<Completer::Queue> completer_;
-  const uint64_t seq_;
+  uint64_t seq_;
   int source_ = -1;
+  const std::shared_ptr<DeviceSide> device_;
+  const std::shared_ptr<c10::Event> ready_;
+  std::unique_ptr<c10::Event> done_;  // device only: recorded on h2d at completion
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  bool done_recorded_ = false;        // under sync_mu_
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 
   std::mutex state_mu_;
-  int pending_ = 0;                  // under state_mu_
+  std::vector<WorkPtr> works_;       // under state_mu_
+  int pending_ = 0;                  // under state_mu_: added works not done, +1 until sealed
   std::exception_ptr first_error_;   // under state_mu_
   bool future_shared_ = false;       // under state_mu_: getFuture() was called
 };
@@ -196,6 +238,8 @@ class ShoalBackend : public c10d::Backend {
  private:
   friend class Call;
   std::shared_ptr<Communicator> comm() const;
+  // The device side of `d` for a call (binds the group's device on first use).
+  std::shared_ptr<DeviceSide> device_side(const c10::Device& d, std::string* why);
   OpOptions op_options(std::chrono::milliseconds timeout) const;
   // The timeout an operation runs under (see backend.cc); nullopt: the communicator's.
   std::optional<std::chrono::milliseconds> resolve_timeout(std::chrono::milliseconds timeout) const;
@@ -204,6 +248,9 @@ class ShoalBackend : public c10d::Backend {
   mutable std::mutex mu_;
   std::shared_ptr<Communicator> comm_;     // under mu_; null after shutdown()
   std::unique_ptr<Completer> completer_;
+  std::unique_ptr<Issuer> issuer_;
+  std::mutex device_mu_;
+  std::shared_ptr<DeviceSide> device_;     // under device_mu_: the group's device, once used
   std::atomic<int64_t> default_timeout_ms_;
   std::atomic<uint64_t> seq_{0};           // collectives issued (same on every rank)
   std::atomic<uint64_t> monitored_barrier_count_{0};

@@ -37,9 +37,13 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce(std::vector<at::Tensor>& 
   c.tensor("tensor", t);
   ReduceOp op = c.reduce_op(opts.reduceOp);
   Elem e = c.reduce_elem("tensor", t, op);
+  if (c.device() && t.is_contiguous() &&
+      static_cast<size_t>(t.numel()) * t.element_size() > c.device()->chunk_bytes) {
+    return c.launch_pipelined_allreduce(t, e, op);
+  }
   at::Tensor b = c.inout(t, "tensor");
-  return c.launch({t}, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.allreduce(b.data_ptr(), b.data_ptr(), e.count(b), e.dt, op, c.oo())};
+  return c.launch({t}, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.allreduce(b.data_ptr(), b.data_ptr(), e.count(b), e.dt, op, oo)};
   });
 }
 
@@ -56,8 +60,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce_coalesced(
   at::Tensor flat = c.pack(tensors, tensors[0]);
   std::vector<at::Tensor> outs = tensors;
   c.unpack(flat, outs);
-  return c.launch(tensors, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.allreduce(flat.data_ptr(), flat.data_ptr(), e.count(flat), e.dt, op, c.oo())};
+  return c.launch(tensors, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.allreduce(flat.data_ptr(), flat.data_ptr(), e.count(flat), e.dt, op, oo)};
   });
 }
 
@@ -69,8 +73,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce(std::vector<at::Tensor>& ten
   Elem e = c.reduce_elem("tensor", t, op);
   at::Tensor b = c.inout(t, "tensor");
   const int root = static_cast<int>(opts.rootRank);
-  return c.launch({t}, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.reduce(b.data_ptr(), b.data_ptr(), e.count(b), e.dt, op, root, c.oo())};
+  return c.launch({t}, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.reduce(b.data_ptr(), b.data_ptr(), e.count(b), e.dt, op, root, oo)};
   });
 }
 
@@ -87,12 +91,11 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::_reduce_scatter_base(at::Tensor& ou
   Elem e = c.reduce_elem("input", input, op);
   // The output may be a view into the input (its own block): shoal's
   // reduce-scatter cannot run in place, so the input is copied then.
-  at::Tensor in = output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : c.in(input);
-  if (output.is_alias_of(input)) c.in(in);
+  at::Tensor in = c.in(output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : input);
   at::Tensor out = c.out(output, "output");
-  return c.launch({output}, [&](Communicator& comm) {
+  return c.launch({output}, [=](Communicator& comm, const OpOptions& oo) {
     return std::vector<WorkPtr>{
-        comm.reduce_scatter(in.data_ptr(), out.data_ptr(), e.count(out), e.dt, op, c.oo())};
+        comm.reduce_scatter(in.data_ptr(), out.data_ptr(), e.count(out), e.dt, op, oo)};
   });
 }
 
@@ -116,12 +119,12 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter(std::vector<at::Tens
   at::Tensor out = c.out(o, "output");
   std::vector<size_t> counts;
   for (auto& t : in) counts.push_back(e.count(t));
-  return c.launch({o}, [&](Communicator& comm) {
+  return c.launch({o}, [=](Communicator& comm, const OpOptions& oo) {
     if (even) {
       return std::vector<WorkPtr>{
-          comm.reduce_scatter(send.data_ptr(), out.data_ptr(), e.count(out), e.dt, op, c.oo())};
+          comm.reduce_scatter(send.data_ptr(), out.data_ptr(), e.count(out), e.dt, op, oo)};
     }
-    return std::vector<WorkPtr>{comm.reduce_scatterv(send.data_ptr(), out.data_ptr(), counts, e.dt, op, c.oo())};
+    return std::vector<WorkPtr>{comm.reduce_scatterv(send.data_ptr(), out.data_ptr(), counts, e.dt, op, oo)};
   });
 }
 
@@ -152,7 +155,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter_tensor_coalesced(
     for (int r = 0; r < W; ++r) {
       for (auto& t : inputs) {
         const int64_t n = t.numel() / W;
-        send.narrow(0, off, n).copy_(t.reshape({-1}).narrow(0, r * n, n));
+        c.put(send.narrow(0, off, n), t.reshape({-1}).narrow(0, r * n, n));
         off += n;
       }
     }
@@ -160,9 +163,9 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter_tensor_coalesced(
   at::Tensor recv = c.scratch(S, inputs[0]);
   std::vector<at::Tensor> outs = outputs;
   c.unpack(recv, outs);
-  return c.launch(outputs, [&](Communicator& comm) {
+  return c.launch(outputs, [=](Communicator& comm, const OpOptions& oo) {
     return std::vector<WorkPtr>{
-        comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), e.count(recv), e.dt, op, c.oo())};
+        comm.reduce_scatter(send.data_ptr(), recv.data_ptr(), e.count(recv), e.dt, op, oo)};
   });
 }
 
@@ -175,8 +178,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::broadcast(std::vector<at::Tensor>& 
   Elem e = c.move_elem(t);
   at::Tensor b = getRank() == opts.rootRank ? c.in(t) : c.out(t, "tensor");
   const int root = static_cast<int>(opts.rootRank);
-  return c.launch({t}, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.broadcast(b.data_ptr(), e.count(b), e.dt, root, c.oo())};
+  return c.launch({t}, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.broadcast(b.data_ptr(), e.count(b), e.dt, root, oo)};
   });
 }
 
@@ -192,9 +195,10 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::_allgather_base(at::Tensor& output,
   Elem e = c.move_elem(input);
   at::Tensor out = c.out(output, "output");
   // In place when the input is this rank's block of the output.
-  at::Tensor in = output.is_contiguous() && output.is_alias_of(input) && input.is_contiguous() ? input : c.in(input);
-  return c.launch({output}, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.allgather(in.data_ptr(), out.data_ptr(), e.count(in), e.dt, c.oo())};
+  const bool in_place = !c.device() && output.is_contiguous() && output.is_alias_of(input) && input.is_contiguous();
+  at::Tensor in = in_place ? input : c.in(input);
+  return c.launch({output}, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.allgather(in.data_ptr(), out.data_ptr(), e.count(in), e.dt, oo)};
   });
 }
 
@@ -224,11 +228,11 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather(std::vector<std::vector<a
   at::Tensor recv = c.scratch(total, t);
   std::vector<at::Tensor> dst = outs;
   c.unpack(recv, dst);
-  return c.launch(outs, [&](Communicator& comm) {
+  return c.launch(outs, [=](Communicator& comm, const OpOptions& oo) {
     if (even) {
-      return std::vector<WorkPtr>{comm.allgather(in.data_ptr(), recv.data_ptr(), e.count(in), e.dt, c.oo())};
+      return std::vector<WorkPtr>{comm.allgather(in.data_ptr(), recv.data_ptr(), e.count(in), e.dt, oo)};
     }
-    return std::vector<WorkPtr>{comm.allgatherv(in.data_ptr(), recv.data_ptr(), counts, {}, e.dt, c.oo())};
+    return std::vector<WorkPtr>{comm.allgatherv(in.data_ptr(), recv.data_ptr(), counts, {}, e.dt, oo)};
   });
 }
 
@@ -257,8 +261,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_coalesced(std::vector<std
   at::Tensor send = c.pack(inputs, inputs[0]);
   at::Tensor recv = c.scratch(S * W, inputs[0]);
   c.unpack(recv, flat_outs);
-  return c.launch(flat_outs, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.allgather(send.data_ptr(), recv.data_ptr(), e.count(send), e.dt, c.oo())};
+  return c.launch(flat_outs, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.allgather(send.data_ptr(), recv.data_ptr(), e.count(send), e.dt, oo)};
   });
 }
 
@@ -287,15 +291,15 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_into_tensor_coalesced(std
       const int64_t n = o.numel() / W;
       at::Tensor blocks = recv.view({W, SS}).narrow(1, off, n);  // [W, n]
       if (o.is_contiguous()) {
-        o.view({W, n}).copy_(blocks);
+        o.view({W, n}).copy_(blocks, /*non_blocking=*/true);
       } else {
-        o.copy_(blocks.reshape(o.sizes()));
+        o.copy_(blocks.reshape(o.sizes()), /*non_blocking=*/true);
       }
       off += n;
     }
-  });
-  return c.launch(outputs, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.allgather(send.data_ptr(), recv.data_ptr(), e.count(send), e.dt, c.oo())};
+  }, outs);
+  return c.launch(outputs, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.allgather(send.data_ptr(), recv.data_ptr(), e.count(send), e.dt, oo)};
   });
 }
 
@@ -326,9 +330,9 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::gather(std::vector<std::vector<at::
     c.unpack(recv, dst);
   }
   const int root = static_cast<int>(opts.rootRank);
-  return c.launch(dst, [&](Communicator& comm) {
+  return c.launch(dst, [=](Communicator& comm, const OpOptions& oo) {
     return std::vector<WorkPtr>{comm.gather(in.data_ptr(), recv.defined() ? recv.data_ptr() : nullptr,
-                                            e.count(in), e.dt, root, c.oo())};
+                                            e.count(in), e.dt, root, oo)};
   });
 }
 
@@ -352,9 +356,9 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::scatter(std::vector<at::Tensor>& ou
   Elem e = c.move_elem(o);
   at::Tensor out = c.out(o, "output");
   const int root = static_cast<int>(opts.rootRank);
-  return c.launch({o}, [&](Communicator& comm) {
+  return c.launch({o}, [=](Communicator& comm, const OpOptions& oo) {
     return std::vector<WorkPtr>{comm.scatter(send.defined() ? send.data_ptr() : nullptr, out.data_ptr(),
-                                             e.count(out), e.dt, root, c.oo())};
+                                             e.count(out), e.dt, root, oo)};
   });
 }
 
@@ -412,20 +416,18 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor& output, a
       c.fail("output", "has " + std::to_string(output.numel()) + " elements, expected " +
                            std::to_string(input.numel()) + " like the input (equal splits)");
     }
-    at::Tensor in = output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : input.contiguous();
-    c.in(in);
+    at::Tensor in = c.in(output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : input);
     at::Tensor out = c.out(output, "output");
-    return c.launch({output}, [&](Communicator& comm) {
-      return std::vector<WorkPtr>{comm.alltoall(in.data_ptr(), out.data_ptr(), e.count(in) / W, e.dt, c.oo())};
+    return c.launch({output}, [=](Communicator& comm, const OpOptions& oo) {
+      return std::vector<WorkPtr>{comm.alltoall(in.data_ptr(), out.data_ptr(), e.count(in) / W, e.dt, oo)};
     });
   }
   std::vector<size_t> sc = split_counts(c, "input", input, input_split_sizes, W, e);
   std::vector<size_t> rc = split_counts(c, "output", output, output_split_sizes, W, e);
-  at::Tensor in = output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : input.contiguous();
-  c.in(in);
+  at::Tensor in = c.in(output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : input);
   at::Tensor out = c.out(output, "output");
-  return c.launch({output}, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.alltoallv(in.data_ptr(), sc, {}, out.data_ptr(), rc, {}, e.dt, c.oo())};
+  return c.launch({output}, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.alltoallv(in.data_ptr(), sc, {}, out.data_ptr(), rc, {}, e.dt, oo)};
   });
 }
 
@@ -458,8 +460,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall(std::vector<at::Tensor>& o
   at::Tensor recv = c.scratch(total, inputs[0]);
   std::vector<at::Tensor> dst = outputs;
   c.unpack(recv, dst);
-  return c.launch(outputs, [&](Communicator& comm) {
-    return std::vector<WorkPtr>{comm.alltoallv(send.data_ptr(), sc, {}, recv.data_ptr(), rc, {}, e.dt, c.oo())};
+  return c.launch(outputs, [=](Communicator& comm, const OpOptions& oo) {
+    return std::vector<WorkPtr>{comm.alltoallv(send.data_ptr(), sc, {}, recv.data_ptr(), rc, {}, e.dt, oo)};
   });
 }
 

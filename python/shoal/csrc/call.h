@@ -5,6 +5,14 @@
 // anything is queued; tensors shoal cannot use directly (non-contiguous ones,
 // lists that must be one buffer) are staged into contiguous buffers (pack)
 // and copied back when the operation has completed (unpack, copy-back).
+//
+// Device tensors (device.h): all tensors of one call are on one device, the
+// one the group uses on this rank. Every tensor the core reads gets a host
+// staging buffer filled on the device's d2h stream after the caller's
+// current stream (planned here, queued at launch); every tensor it writes
+// gets one copied back on the h2d stream at completion. The same staging
+// calls (in, inout, out, scratch, pack, put, unpack) serve both: on the CPU
+// they copy only what is not contiguous.
 // Element types: reductions need a type shoal's kernels know (float16,
 // bfloat16, float32, float64, int8, uint8, int32, int64, bool; complex as
 // pairs of reals for sum/avg/premul_sum). Data movement takes any dtype:
@@ -95,6 +103,10 @@ struct Elem {
   size_t count(int64_t numel) const { return static_cast<size_t>(numel) * factor; }
 };
 
+// The shoal operations of a call, issued later (possibly on the Issuer's
+// thread): everything they use is captured by value.
+using Issue = std::function<std::vector<WorkPtr>(Communicator&, const OpOptions&)>;
+
 // Builds one c10d call: checks, staging, the shoal operations, the work.
 class Call {
  public:
@@ -119,6 +131,8 @@ class Call {
   int rank() const { return be_.getRank(); }
   int size() const { return be_.getSize(); }
   OpOptions& oo() { return oo_; }
+  // The device side when the call's tensors are on a device, else null.
+  const std::shared_ptr<DeviceSide>& device() const { return device_; }
 
   void one(const char* arg, const std::vector<at::Tensor>& v) const {
     if (v.size() != 1) {
@@ -132,18 +146,34 @@ class Call {
     }
   }
 
-  void tensor(const std::string& arg, const at::Tensor& t) const {
+  void tensor(const std::string& arg, const at::Tensor& t) {
     if (!t.defined()) fail(arg, "undefined tensor");
     if (t.layout() != at::kStrided) {
       fail(arg, "only dense (strided) tensors are supported, got layout " + c10::str(t.layout()));
     }
-    if (!t.device().is_cpu()) {
-      fail(arg, "tensor is on " + t.device().str() + ", but the shoal backend is registered for cpu tensors");
+    const c10::Device d = t.device();
+    if (placed_) {
+      if (d != *placed_) {
+        fail(arg, "tensor is on " + d.str() + " but " + placed_arg_ + " is on " + placed_->str() +
+                      " (all tensors of one call must be on one device)");
+      }
+      return;
     }
+    if (d.is_meta()) {
+      fail(arg, "tensor is on the meta device, which holds no data (shoal takes cpu tensors and those of an "
+                "accelerator such as cuda)");
+    }
+    if (!d.is_cpu()) {
+      std::string why;
+      device_ = be_.device_side(d, &why);
+      if (!device_) fail(arg, why);
+    }
+    placed_ = d;
+    placed_arg_ = arg;
   }
   // `t` must have ref's dtype (and numel, when `numel` >= 0).
   void like(const std::string& arg, const at::Tensor& t, const std::string& ref_arg, const at::Tensor& ref,
-            int64_t numel = -1) const {
+            int64_t numel = -1) {
     tensor(arg, t);
     if (t.scalar_type() != ref.scalar_type()) {
       fail(arg, "dtype " + dtype_str(t.scalar_type()) + " differs from " + ref_arg + "'s " +
@@ -156,7 +186,7 @@ class Call {
   // A list with one tensor per rank of the group, each of ref's dtype.
   // Returns true when every entry also has ref's element count.
   bool per_rank_list(const char* arg, const std::vector<at::Tensor>& list, const char* ref_arg,
-                     const at::Tensor& ref) const {
+                     const at::Tensor& ref) {
     list_len(arg, list.size(), static_cast<size_t>(size()), "one tensor per rank of the group");
     bool even = true;
     for (size_t r = 0; r < list.size(); ++r) {
@@ -201,8 +231,9 @@ class Call {
         auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
         if (!sup) fail("op", "PREMUL_SUM without its factor (make it with torch.distributed._make_nccl_premul_sum)");
         if (sup->tensor_factor.defined()) {
-          tensor("op (premul_sum factor)", sup->tensor_factor);
-          oo_.scale = sup->tensor_factor.item<double>();
+          const at::Tensor& f = sup->tensor_factor;
+          if (!f.defined() || f.numel() != 1) fail("op (premul_sum factor)", "must be a one-element tensor");
+          oo_.scale = f.item<double>();  // on any device: its value, read now
         } else {
           oo_.scale = sup->double_factor;
         }
@@ -243,19 +274,39 @@ class Call {
   }
 
   // Staging. in(): read-only input; inout(): read then overwritten; out():
-  // written only. Non-contiguous tensors get a contiguous copy; results are
-  // copied back at completion (after the custom finishers).
+  // written only. What the core gets is contiguous host memory: the tensor
+  // itself when it is, else a copy (of its values, for in/inout), copied back
+  // at completion (after the custom finishers) for inout/out.
   at::Tensor in(const at::Tensor& t) {
-    at::Tensor c = t.contiguous();
-    keep_.push_back(c);
-    return c;
+    if (!device_) {
+      at::Tensor c = t.contiguous();
+      keep_.push_back(c);
+      return c;
+    }
+    at::Tensor h = host_like(t);
+    put(h, t);
+    return h;
   }
   at::Tensor inout(const at::Tensor& t, const std::string& arg) { return written(t, arg, true); }
   at::Tensor out(const at::Tensor& t, const std::string& arg) { return written(t, arg, false); }
+  // A flat buffer the core works in, of like's dtype.
   at::Tensor scratch(int64_t numel, const at::Tensor& like) {
-    at::Tensor c = at::empty({numel}, like.options().memory_format(at::MemoryFormat::Contiguous));
+    at::Tensor c = device_ ? device_->pool.acquire(static_cast<size_t>(numel) * like.element_size(),
+                                                   like.scalar_type(), false)
+                           : at::empty({numel}, like.options().memory_format(at::MemoryFormat::Contiguous));
     keep_.push_back(c);
     return c;
+  }
+  // Fills `dst` (host staging, e.g. a view of a scratch) with `src`'s values
+  // before the operation: at once on the CPU, on the d2h stream on a device.
+  void put(const at::Tensor& dst, const at::Tensor& src) {
+    if (!device_) {
+      dst.copy_(src);
+      return;
+    }
+    keep_.push_back(src);
+    keep_.push_back(dst);
+    downs_.emplace_back(dst, src);
   }
   // Packs tensors (any strides) one after the other into a new flat buffer.
   at::Tensor pack(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
@@ -264,7 +315,7 @@ class Call {
     at::Tensor flat = scratch(total, like);
     int64_t off = 0;
     for (auto& t : ts) {
-      flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
+      put(flat.narrow(0, off, t.numel()).view(t.sizes()), t);
       off += t.numel();
     }
     return flat;
@@ -272,64 +323,69 @@ class Call {
   // The mirror of pack(): at completion, copies `flat`'s consecutive pieces
   // into `ts` (any strides), in order.
   void unpack(const at::Tensor& flat, std::vector<at::Tensor> ts) {
+    for (auto& t : ts) written_.push_back(t);
     on_success([flat, ts] {
       int64_t off = 0;
       for (auto t : ts) {
-        t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+        t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()), /*non_blocking=*/true);
         off += t.numel();
       }
     });
   }
-  void on_success(std::function<void()> fn) { finishers_.push_back(std::move(fn)); }
-
-  // Queues the shoal operations `issue` returns and hands back the work.
-  c10::intrusive_ptr<c10d::Work> launch(std::vector<at::Tensor> outputs,
-                                        const std::function<std::vector<WorkPtr>(Communicator&)>& issue) {
-    std::vector<WorkPtr> works;
-    try {
-      works = issue(*comm_);
-    } catch (const shoal::InvalidArgument& e) {
-      TORCH_CHECK(false, e.what());
-    } catch (const shoal::Error& e) {
-      C10_THROW_ERROR(DistBackendError, e.what());
-    }
-    // Counted only once the operation is queued (a call the core refused, e.g.
-    // for overlapping buffers, counts nothing), so that ranks agree.
-    const uint64_t seq = collective_ ? ++be_.seq_ : 0;
-    auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), seq);
-    for (auto& t : keep_) work->keep(std::move(t));
-    for (auto& f : finishers_) work->on_success(std::move(f));
-    for (auto& [user, staged] : copy_back_) {
-      work->on_success([user = user, staged = staged]() mutable { user.copy_(staged); });
-    }
-    ShoalWork::start(work, std::move(works), be_.completer_->queue());
-    return work;
+  // Work at completion (copies into `targets`, which the call writes).
+  void on_success(std::function<void()> fn, const std::vector<at::Tensor>& targets = {}) {
+    for (auto& t : targets) written_.push_back(t);
+    finishers_.push_back(std::move(fn));
   }
 
+  // Queues the shoal operations `issue` returns and hands back the work.
+  c10::intrusive_ptr<c10d::Work> launch(std::vector<at::Tensor> outputs, Issue issue);
+  // all_reduce of one contiguous device tensor in pieces (device_allreduce.cc).
+  c10::intrusive_ptr<c10d::Work> launch_pipelined_allreduce(const at::Tensor& t, const Elem& e, ReduceOp op);
+
  private:
-  // A tensor the operation writes: itself when contiguous, else a contiguous
-  // copy (of its values when `read`) that is copied back at completion.
+  // A tensor the operation writes: itself when contiguous on the host, else
+  // a contiguous host buffer (holding its values when `read`) that is
+  // copied back at completion.
   at::Tensor written(const at::Tensor& t, const std::string& arg, bool read) {
-    if (t.is_contiguous()) {
+    if (!device_ && t.is_contiguous()) {
       keep_.push_back(t);
       return t;
     }
     writable(arg, t);
-    at::Tensor c =
-        read ? t.contiguous() : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+    at::Tensor c;
+    if (device_) {
+      c = host_like(t);
+      if (read) put(c, t);
+    } else {
+      c = read ? t.contiguous() : at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+    }
     keep_.push_back(c);
+    keep_.push_back(t);
     copy_back_.emplace_back(t, c);
     return c;
   }
+  // A contiguous host staging buffer shaped like `t`.
+  at::Tensor host_like(const at::Tensor& t) {
+    return device_->pool.acquire(static_cast<size_t>(t.numel()) * t.element_size(), t.scalar_type(), false)
+        .view(t.sizes());
+  }
+  c10::intrusive_ptr<ShoalWork> make_work(std::vector<at::Tensor> outputs, std::shared_ptr<c10::Event> ready);
+
   ShoalBackend& be_;
   const char* coll_;
   c10d::OpType type_;
   bool collective_;
   std::shared_ptr<Communicator> comm_;
   OpOptions oo_;
+  std::optional<c10::Device> placed_;  // the device of the call's first tensor
+  std::string placed_arg_;
+  std::shared_ptr<DeviceSide> device_;
   std::vector<at::Tensor> keep_;
   std::vector<std::function<void()>> finishers_;
-  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;  // (user tensor, staging)
+  std::vector<std::pair<at::Tensor, at::Tensor>> downs_;      // (host staging, device source)
+  std::vector<at::Tensor> written_;                           // device tensors finishers write
 };
 
 }  // namespace shoal::torch_adapter

@@ -38,6 +38,15 @@ PYBIND11_MODULE(_C, m) {
            "The first error that broke this group's communicator ('' if none).");
 
   m.def(
+      "_quiesce",
+      [](double timeout_s) {
+        return shoal::torch_adapter::Activity::wait_quiet(
+            std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)));
+      },
+      py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
+      "Waits up to timeout_s until shoal's threads have nothing left to do for torch (at interpreter exit).");
+
+  m.def(
       "knobs",
       [] {
         int n = 0;

@@ -1,7 +1,11 @@
 // work.cc — ShoalWork (a c10d::Work over shoal work handles) and the
-// completion thread that finishes works needing more than a flag.
+// completion threads that finish works needing more than a flag.
 #include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <optional>
 
 #include "backend.h"
 #include "shoal/error.h"
@@ -28,13 +32,37 @@ std::exception_ptr as_dist_error(std::exception_ptr err) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- Activity
+
+namespace {
+std::mutex g_activity_mu;
+std::condition_variable g_activity_cv;
+int64_t g_activity = 0;  // under g_activity_mu
+}  // namespace
+
+void Activity::begin() {
+  std::lock_guard<std::mutex> g(g_activity_mu);
+  ++g_activity;
+}
+
+void Activity::end() {
+  std::lock_guard<std::mutex> g(g_activity_mu);
+  if (--g_activity == 0) g_activity_cv.notify_all();
+}
+
+bool Activity::wait_quiet(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> g(g_activity_mu);
+  return g_activity_cv.wait_for(g, timeout, [] { return g_activity == 0; });
+}
+
 // ---------------------------------------------------------------- Completer
 
-void Completer::Queue::post(c10::intrusive_ptr<ShoalWork> w) {
+void Completer::Queue::post(std::function<void()> task) {
+  Activity::begin();  // ended once the task has run and is gone
   {
     std::lock_guard<std::mutex> g(mu);
     if (!stop || !threads.empty()) {
-      items.push_back(std::move(w));
+      items.push_back(std::move(task));
       if (idle == 0 && !stop && threads.size() < static_cast<size_t>(kMaxThreads)) {
         threads.emplace_back(&Completer::run, shared_from_this());
       }
@@ -42,7 +70,9 @@ void Completer::Queue::post(c10::intrusive_ptr<ShoalWork> w) {
       return;
     }
   }
-  w->complete();  // the backend is gone: finish here
+  task();  // the backend is gone: finish here
+  task = nullptr;
+  Activity::end();
 }
 
 Completer::Completer() : queue_(std::make_shared<Queue>()) {}
@@ -66,76 +96,146 @@ Completer::~Completer() {
 
 void Completer::run(std::shared_ptr<Queue> q) {
   for (;;) {
-    c10::intrusive_ptr<ShoalWork> w;
+    std::function<void()> task;
     {
       std::unique_lock<std::mutex> g(q->mu);
       ++q->idle;
       q->cv.wait(g, [&] { return q->stop || !q->items.empty(); });
       --q->idle;
       if (q->items.empty()) return;  // stopping and drained
-      w = std::move(q->items.front());
+      task = std::move(q->items.front());
       q->items.pop_front();
     }
-    w->complete();
+    task();
+    task = nullptr;  // what it held goes now, not at the next task
+    Activity::end();
   }
 }
 
 // ---------------------------------------------------------------- ShoalWork
 
-ShoalWork::ShoalWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, uint64_t seq)
+namespace {
+
+c10::intrusive_ptr<c10::ivalue::Future> make_future(const std::shared_ptr<DeviceSide>& device) {
+  auto type = c10::ListType::create(c10::TensorType::get());
+  if (!device) return c10::make_intrusive<c10::ivalue::Future>(type);
+  return c10::make_intrusive<c10::ivalue::Future>(type, std::vector<c10::Device>{device->device});
+}
+
+}  // namespace
+
+ShoalWork::ShoalWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, uint64_t seq,
+                     std::shared_ptr<DeviceSide> device, std::shared_ptr<c10::Event> ready)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
       seq_(seq),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      device_(std::move(device)),
+      ready_(std::move(ready)),
+      future_(make_future(device_)) {
+  if (device_) done_ = std::make_unique<c10::Event>(device_->device.type());
+}
 
 ShoalWork::~ShoalWork() = default;
 
-void ShoalWork::start(const c10::intrusive_ptr<ShoalWork>& self, std::vector<WorkPtr> works,
-                      std::shared_ptr<Completer::Queue> completer) {
+void ShoalWork::start(const c10::intrusive_ptr<ShoalWork>& self, std::shared_ptr<Completer::Queue> completer) {
+  Activity::begin();  // ended when the work has finished (finish_up)
   self->completer_ = std::move(completer);
-  self->works_ = works;
-  {
-    std::lock_guard<std::mutex> g(self->state_mu_);
-    self->pending_ = static_cast<int>(works.size());
-  }
-  if (works.empty()) {
-    self->complete();
-    return;
-  }
-  for (auto& w : works) {
-    shoal::Work* raw = w.get();
-    // The hook holds the work (and its tensors) alive until it has run.
-    w->on_complete([self, raw] { self->core_done(self, raw->error()); });
-  }
+  std::lock_guard<std::mutex> g(self->state_mu_);
+  self->pending_ = 1;  // the seal
 }
 
-void ShoalWork::core_done(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err) {
+void ShoalWork::add(const c10::intrusive_ptr<ShoalWork>& self, WorkPtr w, std::function<void()> after) {
+  {
+    std::lock_guard<std::mutex> g(self->state_mu_);
+    ++self->pending_;
+    self->works_.push_back(w);
+  }
+  shoal::Work* raw = w.get();
+  // `after` (which may hold staging buffers) is moved out when the operation
+  // ends, run or dropped then: never kept for the life of the shoal work.
+  auto fn = std::make_shared<std::function<void()>>(std::move(after));
+  // The hook holds the work (and its tensors) alive until it has run.
+  raw->on_complete([self, raw, fn] {
+    std::function<void()> then = std::move(*fn);
+    *fn = nullptr;
+    std::exception_ptr err = raw->error();
+    if (err || !then) {
+      then = nullptr;
+      self->part_done(self, err);
+      return;
+    }
+    self->completer_->post([self, then = std::move(then)]() mutable {
+      std::exception_ptr e;
+      try {
+        at::NoGradGuard no_grad;
+        std::optional<c10::StreamGuard> on_h2d;
+        if (self->device_) {
+          on_h2d.emplace(self->device_->h2d);
+          self->ready_->block(self->device_->h2d);
+        }
+        then();
+      } catch (...) {
+        e = std::current_exception();
+      }
+      then = nullptr;
+      self->part_done(self, e);
+    });
+  });
+}
+
+void ShoalWork::seal(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err) {
+  self->part_done(self, err);
+}
+
+bool ShoalWork::failed() {
+  std::lock_guard<std::mutex> g(state_mu_);
+  return first_error_ != nullptr;
+}
+
+void ShoalWork::part_done(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err) {
   {
     std::lock_guard<std::mutex> g(state_mu_);
     if (err && !first_error_) first_error_ = err;
     if (--pending_ > 0) return;
-    if (finishers_.empty() && !future_shared_) {
+    if (finishers_.empty() && !future_shared_ && !device_) {
       // Nothing to copy and no callbacks can be attached while we hold the
       // lock (getFuture() takes it): cheap, finish on the executor thread.
       complete();
       return;
     }
   }
-  completer_->post(self);
+  completer_->post([self] { self->complete(); });
 }
 
 void ShoalWork::complete() {
+  if (device_) {
+    c10::StreamGuard on_h2d(device_->h2d);
+    finish_up();
+  } else {
+    finish_up();
+  }
+}
+
+void ShoalWork::finish_up() {
   std::exception_ptr err = first_error_;
   if (!err) {
     try {
       at::NoGradGuard no_grad;
+      if (device_ && !finishers_.empty()) ready_->block(device_->h2d);
       for (auto& f : finishers_) f();
     } catch (...) {
       err = std::current_exception();
     }
   }
   finishers_.clear();
+  if (device_) {
+    done_->record(device_->h2d);
+    std::lock_guard<std::mutex> g(sync_mu_);
+    done_recorded_ = true;
+    sync_cv_.notify_all();
+  }
   if (err) err = as_dist_error(err);
+  // works_ is final: every add() came before the seal, and we are past it.
   if (works_.size() == 1) source_ = works_[0]->source();
   keep_.clear();
   finish(err);
@@ -144,10 +244,16 @@ void ShoalWork::complete() {
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }
+  Activity::end();
 }
 
 bool ShoalWork::wait(std::chrono::milliseconds timeout) {
-  for (auto& w : works_) {
+  std::vector<WorkPtr> works;
+  {
+    std::lock_guard<std::mutex> g(state_mu_);
+    works = works_;
+  }
+  for (auto& w : works) {
     try {
       if (timeout == kNoTimeout) {
         w->wait();
@@ -158,7 +264,25 @@ bool ShoalWork::wait(std::chrono::milliseconds timeout) {
       // Recorded by the completion hook; rethrown below as the work's error.
     }
   }
-  return c10d::Work::wait(timeout);
+  return c10d::Work::wait(timeout);  // which calls synchronize()
+}
+
+// c10d::Work::wait() calls it once the work has completed, holding the
+// work's mutex; Python's work.synchronize() may call it at any time.
+void ShoalWork::synchronize() {
+  if (!device_) return;
+  {
+    std::unique_lock<std::mutex> g(sync_mu_);
+    sync_cv_.wait(g, [&] { return done_recorded_; });
+  }
+  done_->block(device_->current());
+}
+
+void ShoalWork::blockCurrentStream() { synchronize(); }
+
+bool ShoalWork::isCompleted() {
+  if (!c10d::Work::isCompleted()) return false;
+  return !device_ || done_->query();
 }
 
 int ShoalWork::sourceRank() const {
