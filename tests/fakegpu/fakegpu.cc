@@ -351,6 +351,17 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void*) const override { return c10::Device(kType, 0); }
   bool isPinnedPtr(const void* p) const override { return PinnedAllocator::get().is_pinned(p); }
   c10::Allocator* getPinnedMemoryAllocator() const override { return &PinnedAllocator::get(); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t n) const override {
+    auto* impl = storage.unsafeGetStorageImpl();
+    const size_t old = impl->nbytes();
+    c10::DataPtr fresh = n > 0 ? Allocator::get().allocate(n) : c10::DataPtr(nullptr, impl->device());
+    if (n > 0 && old > 0) {
+      worker(current_stream(t_device)).drain();
+      std::memcpy(fresh.get(), impl->data(), std::min(old, n));
+    }
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(n);
+  }
 };
 
 // ---------------------------------------------------------------- kernels
@@ -450,6 +461,8 @@ at::Tensor reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntAr
   return at::native::_reshape_alias(self, size, stride);
 }
 
+void record_stream(at::Tensor& self, c10::Stream s) { Allocator::get().record(self.storage().data_ptr().get(), s); }
+
 // Every other operator: on the host, once the current stream has caught up.
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   worker(current_stream(t_device)).drain();
@@ -468,6 +481,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("fill_.Scalar", fill_);
+  m.impl("record_stream", record_stream);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }

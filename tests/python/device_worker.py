@@ -1,4 +1,5 @@
-"""One rank of a device-path job (test_device.py) on the test accelerator "fakegpu".
+"""One rank of a device-path job (test_device.py) on the test accelerator "fakegpu",
+or on a real GPU (tests/gpu: SHOAL_TEST_DEVICE=cuda).
 
 Usage: device_worker.py SUITE. The fake device (tests/fakegpu/fakegpu.cc) runs
 each stream's work on a thread of its own, so the stream semantics checked
@@ -11,17 +12,33 @@ import datetime
 import os
 import sys
 
-import fakegpu
+import torch
 
-EXT = fakegpu.load()  # before shoal: the backend then serves "fakegpu"
+if os.environ.get("SHOAL_TEST_DEVICE", "fakegpu") == "fakegpu":
+    import fakegpu
+    EXT = fakegpu.load()  # before shoal: the backend then serves "fakegpu"
+    DEV = torch.device("fakegpu", 0)
+    OTHER = torch.device("fakegpu", 1)
+else:  # tests/gpu: a real GPU, shared by the ranks when there is one
+    class EXT:  # noqa: N801  (the same helpers, on CUDA)
+        @staticmethod
+        def set_transfer_delay_ms(ms):
+            pass  # real copies take the time they take
 
-import torch  # noqa: E402
+        @staticmethod
+        def slow_fill_(t, value, ms):
+            torch.cuda._sleep(int(ms * 1_000_000))  # ~1 GHz cycles: a long kernel
+            t.fill_(value)
+    n = torch.cuda.device_count()
+    DEV = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % n)
+    OTHER = torch.device("cuda", (DEV.index + 1) % n) if n > 1 else None
+    torch.cuda.set_device(DEV)
+
 import torch.distributed as dist  # noqa: E402
 
 import shoal.torch  # noqa: E402,F401
 from worker import OPS, RANK, WS, Checks, _bf16_hook, close, expect_error, make, ref_reduce_hp  # noqa: E402
 
-DEV = torch.device("fakegpu", 0)
 SUITES = {}
 
 
@@ -251,15 +268,15 @@ def device_errors():
     def mixed():
         outs = [torch.empty(3) for _ in range(WS)]
         expect_error(lambda: dist.all_gather(outs, torch.ones(3, device=DEV)),
-                     f"shoal rank {RANK}", "output_list[0]", "cpu", "fakegpu:0")
+                     f"shoal rank {RANK}", "output_list[0]", "cpu", str(DEV))
 
     def other_device():
-        dist.all_reduce(torch.ones(2, device=DEV))  # the group now works on fakegpu:0
-        expect_error(lambda: dist.all_reduce(torch.ones(2, device="fakegpu:1")),
-                     f"shoal rank {RANK}", "fakegpu:1", "fakegpu:0")
+        dist.all_reduce(torch.ones(2, device=DEV))  # the group now works on DEV
+        expect_error(lambda: dist.all_reduce(torch.ones(2, device=OTHER)), f"shoal rank {RANK}", str(OTHER), str(DEV))
 
     c.run("CPU and device tensors in one call", mixed)
-    c.run("a tensor on another device than the group's", other_device)
+    if OTHER is not None:
+        c.run("a tensor on another device than the group's", other_device)
     # Nothing was sent by the refused calls: the ranks are still in step.
     t = torch.ones(3, device=DEV)
     dist.all_reduce(t)
@@ -267,7 +284,7 @@ def device_errors():
     return c.report()
 
 
-# ----------------------------------------------------------------- DDP
+# ----------------------------------------------------------------- DDP and FSDP2
 
 def _train(device, hook=None, steps=6):
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -287,6 +304,28 @@ def _train(device, hook=None, steps=6):
         opt.step()
         losses.append(loss.item())
     return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def _train_fsdp2(device, steps=4):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh(torch.device(device).type, (WS,))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(device)
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(steps):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * step + RANK)).to(device)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, [p.full_tensor().detach().cpu() for p in model.parameters()]
 
 
 @suite
@@ -314,6 +353,14 @@ def device_ddp():
                                         start_powerSGD_iter=2, random_seed=0)
         same((mk(), psgd.powerSGD_hook), (mk(), psgd.powerSGD_hook), "powerSGD", rtol=1e-4, atol=1e-5)
     c.run("DDP, PowerSGD", powersgd)
+
+    def fsdp2():
+        ld, pd = _train_fsdp2(DEV)
+        lc, pc = _train_fsdp2("cpu")
+        close(torch.tensor(ld), torch.tensor(lc), "FSDP2: losses")
+        for i, (a, b) in enumerate(zip(pd, pc)):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), f"FSDP2: parameter {i} differs"
+    c.run("FSDP2 (fully_shard)", fsdp2)
     return c.report()
 
 

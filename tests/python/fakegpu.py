@@ -50,6 +50,13 @@ def load():
     mod.set_device = set_device
     mod.synchronize = lambda device=None: torch.accelerator.synchronize(device)
     mod.current_stream = lambda device=None: torch.accelerator.current_stream(device)
+    mod.set_stream = torch.accelerator.set_stream
+    mod.Stream = lambda device=None, priority=0, **kw: torch.Stream(device=device or NAME, priority=priority)
+    mod.Event = lambda enable_timing=False, **kw: torch.Event(device=NAME, enable_timing=enable_timing)
+
+    def stream(s):
+        return s if s is not None else torch.accelerator.current_stream()
+    mod.stream = stream
     torch._register_device_module(NAME, mod)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     sys.modules.setdefault(f"torch.{NAME}", mod)
