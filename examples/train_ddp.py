@@ -5,6 +5,10 @@ writes it, running on shoal's `smddp` backend.
     build/bin/shoalrun --standalone --nproc-per-node 2 examples/train_ddp.py
     build/bin/shoalrun --standalone --nproc-per-node 2 examples/train_ddp.py --backend gloo
 
+On a machine with GPUs it is the guide's GPU script (each worker on the GPU of
+its LOCAL_RANK, `torch.cuda.set_device`, the model moved there, DDP with
+`device_ids`); elsewhere it runs on the CPU. `--device` chooses.
+
 The structure is the guide's: import the smddp client, init_process_group with
 backend "smddp", divide the batch size by the world size, shard the data with a
 DistributedSampler(num_replicas, rank), wrap the model in
@@ -35,7 +39,9 @@ from torch.utils.data.distributed import DistributedSampler
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="smddp", help="smddp (default), shoal or gloo")
+    p.add_argument("--backend", default="smddp", help="smddp (default), shoal, gloo or nccl")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="auto (default): cuda when there is a GPU, else cpu")
     p.add_argument("--batch-size", type=int, default=64, help="global batch size (default 64)")
     p.add_argument("--test-batch-size", type=int, default=512)
     p.add_argument("--epochs", type=int, default=12)
@@ -82,10 +88,11 @@ def digits_datasets(seed):
     return TensorDataset(x[idx_train], y[idx_train]), TensorDataset(x[idx_test], y[idx_test])
 
 
-def train(model, train_loader, optimizer, epoch):
+def train(model, train_loader, optimizer, epoch, device):
     model.train()
     total, count = torch.zeros(2, dtype=torch.float64), 0
     for data, target in train_loader:
+        data, target = data.to(device), target.to(device)
         optimizer.zero_grad()
         loss = F.nll_loss(model(data), target)
         loss.backward()
@@ -93,15 +100,16 @@ def train(model, train_loader, optimizer, epoch):
         total[0] += loss.item() * len(data)
         total[1] += len(data)
         count += len(data)
-    dist.all_reduce(total)  # the loss over every rank's samples
+    dist.all_reduce(total)  # the loss over every rank's samples (a CPU tensor: one group serves both)
     return (total[0] / total[1]).item(), int(total[1].item())
 
 
-def test(model, test_loader):
+def test(model, test_loader, device):
     model.eval()
     correct = loss = 0.0
     with torch.no_grad():
         for data, target in test_loader:
+            data, target = data.to(device), target.to(device)
             out = model(data)
             loss += F.nll_loss(out, target, reduction="sum").item()
             correct += (out.argmax(dim=1) == target).sum().item()
@@ -125,6 +133,13 @@ def main():
         import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401
     elif args.backend == "shoal":
         import shoal.torch  # noqa: F401
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:  # the guide's GPU script: one GPU per worker, chosen by LOCAL_RANK
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
     dist.init_process_group(backend=args.backend)
     world_size = dist.get_world_size()
     rank = dist.get_rank()
@@ -142,12 +157,12 @@ def main():
                               sampler=train_sampler)
     test_loader = DataLoader(test_dataset, batch_size=args.test_batch_size, shuffle=False)
 
-    model = DDP(Net())
+    model = DDP(Net().to(device), device_ids=[device.index] if use_cuda else None)
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
 
     if rank == 0:
-        print(f"train_ddp: backend {dist.get_backend()}, {world_size} workers, "
+        print(f"train_ddp: backend {dist.get_backend()}, {world_size} workers on {device.type}, "
               f"{len(train_dataset)} training / {len(test_dataset)} test images (sklearn digits), "
               f"batch {args.batch_size} per worker", flush=True)
     accuracy = 0.0
@@ -155,10 +170,10 @@ def main():
     for epoch in range(1, args.epochs + 1):
         train_sampler.set_epoch(epoch)
         t0 = time.perf_counter()
-        train_loss, samples = train(model, train_loader, optimizer, epoch)
+        train_loss, samples = train(model, train_loader, optimizer, epoch, device)
         dt = time.perf_counter() - t0
         if rank == 0:
-            test_loss, accuracy = test(model.module, test_loader)
+            test_loss, accuracy = test(model.module, test_loader, device)
             print(f"epoch {epoch:2d}  train loss {train_loss:.4f}  test loss {test_loss:.4f}  "
                   f"accuracy {accuracy:6.2%}  {samples / dt:8.0f} samples/s", flush=True)
         scheduler.step()
