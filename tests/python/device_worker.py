@@ -124,6 +124,34 @@ def check_data_movement():
     close(co[1].cpu(), sum(inputs(8, (2, 2), torch.float32)), "all_reduce_coalesced[1]")
 
 
+def check_coalesced_tensor_forms():
+    """allgather_into_tensor_coalesced and reduce_scatter_tensor_coalesced (FSDP's and DTensor's forms)."""
+    ins = [on(make(21, RANK, (3,), torch.float32)), on(make(22, RANK, (2,), torch.float32))]
+    outs = [torch.empty(3 * WS, device=DEV), torch.empty(2 * WS, device=DEV)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    close(outs[0].cpu(), torch.cat(inputs(21, (3,), torch.float32)), "allgather_into_tensor_coalesced[0]")
+    close(outs[1].cpu(), torch.cat(inputs(22, (2,), torch.float32)), "allgather_into_tensor_coalesced[1]")
+    big = [on(make(23, RANK, (2 * WS,), torch.float32)), on(make(24, RANK, (WS,), torch.float32))]
+    red = [torch.empty(2, device=DEV), torch.empty(1, device=DEV)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(red, big):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    close(red[0].cpu(), sum(inputs(23, (2 * WS,), torch.float32))[2 * RANK:2 * RANK + 2], "rs coalesced[0]")
+    close(red[1].cpu(), sum(inputs(24, (WS,), torch.float32))[RANK:RANK + 1], "rs coalesced[1]")
+
+
+def check_staging_bounded():
+    """The pipelined all_reduces above kept their pieces within SHOAL_DEVICE_STAGING_BYTES."""
+    stats = dist.distributed_c10d._get_default_group()._get_backend(DEV).device_staging()
+    assert stats is not None and stats["device"] == str(DEV), stats
+    assert stats["cap"] == int(os.environ["SHOAL_DEVICE_STAGING_BYTES"]), stats
+    assert 0 < stats["high_water"] <= stats["cap"], stats
+
+
 def check_p2p():
     if WS < 2:
         return
@@ -172,7 +200,9 @@ def device():
     # more of them than the 16 KiB staging cap holds at once.
     c.run("all_reduce pipelined float32", check_all_reduce, torch.float32, "sum", 40_000)
     c.run("all_reduce pipelined bfloat16", check_all_reduce, torch.bfloat16, "sum", 30_001)
+    c.run("staging stays within its cap", check_staging_bounded)
     c.run("data movement", check_data_movement)
+    c.run("coalesced tensor forms", check_coalesced_tensor_forms)
     c.run("point to point", check_p2p)
     c.run("one group, both devices", check_one_group_both_devices)
     return c.report()
@@ -282,6 +312,54 @@ def device_errors():
     dist.all_reduce(t)
     c.run("in step after refusals", close, t.cpu(), torch.full((3,), float(WS)), "after errors")
     return c.report()
+
+
+# ----------------------------------------------------------------- failures
+
+@suite
+def device_failures():
+    """A rank that is not there is named on a device operation too: rank 1
+    stays out of a group's all_reduce (a timeout naming it), then dies while
+    rank 0 runs a pipelined all_reduce (an error naming it, not a hang)."""
+    init()
+    store = dist.distributed_c10d._get_default_store()
+    quick = dist.new_group(backend="shoal", timeout=datetime.timedelta(seconds=2))
+    c = Checks()
+    t = torch.ones(16, device=DEV)
+    dist.all_reduce(t)
+    c.run("all_reduce before", close, t.cpu(), torch.full((16,), float(WS)), "before")
+    if RANK == 1:
+        store.wait(["timed-out"])
+        c.report()
+        sys.stdout.flush()
+        os._exit(0)  # dies with the world group's connections open
+
+    def timeout_names_the_rank():
+        try:
+            dist.all_reduce(torch.ones(100, device=DEV), group=quick)
+        except Exception as e:  # noqa: BLE001
+            msg = str(e)
+            assert "rank 1" in msg or "ranks [1]" in msg or "[1]" in msg, msg
+            assert "time" in msg.lower(), msg
+            return
+        raise AssertionError("no error")
+
+    def death_names_the_rank():
+        big = torch.ones(50_000, device=DEV)  # 200 KB: pieces of 4 KiB, more than the pool holds
+        try:
+            for _ in range(50):  # until the death is seen
+                dist.all_reduce(big)
+        except Exception as e:  # noqa: BLE001
+            assert "rank 1" in str(e) or "[1]" in str(e), str(e)
+            return
+        raise AssertionError("no error")
+
+    c.run("a timeout on the device names the missing rank", timeout_names_the_rank)
+    store.set("timed-out", "1")
+    c.run("a peer's death during a pipelined all_reduce names it", death_names_the_rank)
+    rc = c.report()
+    sys.stdout.flush()
+    os._exit(rc)  # the world group is broken: no orderly teardown
 
 
 # ----------------------------------------------------------------- DDP and FSDP2

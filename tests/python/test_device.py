@@ -31,5 +31,9 @@ def test_bad_device_input_is_rejected_before_sending():
     assert_all_passed(run_job("device_errors", 2, worker=WORKER))
 
 
+def test_failures_on_the_device_name_the_rank():
+    assert_all_passed(run_job("device_failures", 2, worker=WORKER, env=SMALL_PIECES, timeout=120))
+
+
 def test_ddp_and_fsdp2_on_the_device_train_as_on_cpu():
     assert_all_passed(run_job("device_ddp", 2, worker=WORKER, timeout=300))

@@ -90,6 +90,12 @@ std::shared_ptr<DeviceSide> ShoalBackend::device_side(const c10::Device& d, std:
   return device_;
 }
 
+std::optional<ShoalBackend::StagingStats> ShoalBackend::staging_stats() {
+  std::lock_guard<std::mutex> g(device_mu_);
+  if (!device_) return std::nullopt;
+  return StagingStats{device_->device.str(), device_->pool.cap(), device_->pool.in_use(), device_->pool.high_water()};
+}
+
 // c10d's options carry kUnsetTimeout (-1 ms) when the caller gave none: then
 // the group's (setTimeout), else the communicator's. Any other value is the
 // caller's, 0 included (fail at once, as Gloo does); a negative one is refused

@@ -44,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -234,6 +235,12 @@ class ShoalBackend : public c10d::Backend {
 
   // For tests and diagnostics: the first error that broke the communicator.
   std::string comm_error() const;
+  // For tests and diagnostics: the device staging pool, once a device was used.
+  struct StagingStats {
+    std::string device;
+    size_t cap, in_use, high_water;
+  };
+  std::optional<StagingStats> staging_stats();
 
  private:
   friend class Call;

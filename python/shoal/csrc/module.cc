@@ -35,7 +35,21 @@ PYBIND11_MODULE(_C, m) {
            py::arg("global_ranks") = std::vector<int64_t>{}, py::arg("store_host_rank") = -1,
            py::call_guard<py::gil_scoped_release>())
       .def("comm_error", &ShoalBackend::comm_error, py::call_guard<py::gil_scoped_release>(),
-           "The first error that broke this group's communicator ('' if none).");
+           "The first error that broke this group's communicator ('' if none).")
+      .def(
+          "device_staging",
+          [](ShoalBackend& be) -> py::object {
+            auto s = be.staging_stats();
+            if (!s) return py::none();
+            py::dict d;
+            d["device"] = s->device;
+            d["cap"] = s->cap;
+            d["in_use"] = s->in_use;
+            d["high_water"] = s->high_water;
+            return d;
+          },
+          "The pinned staging pool of the group's device (None before any device operation): its cap "
+          "(SHOAL_DEVICE_STAGING_BYTES), the bytes handed out now and the most ever.");
 
   m.def(
       "_quiesce",
