@@ -115,9 +115,66 @@ def _creator(name: str):
 
 def register(name: str = "shoal") -> None:
     """Registers shoal with torch.distributed under `name` (idempotent)."""
+    _NAMES.add(name)
     if name.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(name, _creator(name), extended_api=True, devices=list(DEVICES))
+
+
+_NAMES = {"shoal"}  # every name shoal is registered under
+
+
+def _is_shoal(group) -> bool:
+    try:
+        return dist.get_backend(group) in _NAMES
+    except (RuntimeError, ValueError):
+        return False
+
+
+_torch_monitored_barrier = dist.monitored_barrier
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False):
+    """``torch.distributed.monitored_barrier`` that also serves shoal's groups.
+
+    torch's function lets only Gloo through (by name), though the
+    ProcessGroup method it calls is the backend's; importing shoal.torch puts
+    this one in its place (``torch.distributed.monitored_barrier``). For
+    other backends it is torch's own."""
+    group = dist.GroupMember.WORLD if group is None else group
+    if not _is_shoal(group):
+        return _torch_monitored_barrier(group, timeout, wait_all_ranks)
+    c10d = dist.distributed_c10d
+    if c10d._rank_not_in_group(group):
+        return None
+    if timeout is None:
+        timeout = c10d._get_default_timeout(dist.get_backend(group))
+    elif isinstance(timeout, (int, float)):
+        timeout = timedelta(seconds=timeout)
+    c10d._check_valid_timeout(timeout)
+    return group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+def _name_backend_in_ddp_logs() -> None:
+    """DDP's logging data names a plugin backend "custom" (its C++ logger asks
+    the ProcessGroup, which knows only its backend type); say which."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if getattr(DDP._get_ddp_logging_data, "_shoal", False):
+        return
+    original = DDP._get_ddp_logging_data
+
+    def _get_ddp_logging_data(self):
+        data = original(self)
+        if data.get("backend_name") == "custom" and _is_shoal(self.process_group):
+            data["backend_name"] = dist.get_backend(self.process_group)
+        return data
+    _get_ddp_logging_data._shoal = True
+    DDP._get_ddp_logging_data = _get_ddp_logging_data
+
+
+dist.monitored_barrier = monitored_barrier
+dist.distributed_c10d.monitored_barrier = monitored_barrier
+_name_backend_in_ddp_logs()
 
 
 def entry_point() -> None:

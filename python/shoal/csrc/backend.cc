@@ -231,9 +231,12 @@ void ShoalBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_
       s->wait();
       if (!r->wait_for(timeout)) {
         r->on_complete([token] {});  // the buffer outlives the receive
-        C10_THROW_ERROR(DistBackendError, "shoal rank " + std::to_string(getRank()) +
-                                              ": monitored_barrier: rank 0 did not release the barrier within " +
-                                              std::to_string(timeout.count()) + " ms");
+        C10_THROW_ERROR(DistBackendError,
+                        "shoal rank " + std::to_string(getRank()) +
+                            ": monitored_barrier: rank 0 did not release the barrier within " +
+                            std::to_string(timeout.count()) + " ms (torch: Rank " + std::to_string(getRank()) +
+                            " successfully reached monitoredBarrier, but received errors while waiting for "
+                            "send/recv from rank 0)");
       }
       return;
     }
@@ -251,11 +254,15 @@ void ShoalBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_
     }
     if (!late.empty()) {
       for (int r = late.back() + 1; r < W; ++r) recvs[r]->on_complete([token] {});
+      const std::string ms = std::to_string(timeout.count());
+      const bool many = late.size() > 1;
       C10_THROW_ERROR(DistBackendError,
-                      "shoal rank 0: monitored_barrier: rank" + std::string(late.size() > 1 ? "s " : " ") +
-                          join(late) + (late.size() > 1 ? " have" : " has") + " not reached the barrier within " +
-                          std::to_string(timeout.count()) + " ms" +
-                          (wait_all_ranks ? "" : " (the first one found; pass wait_all_ranks=True for all)"));
+                      "shoal rank 0: monitored_barrier: rank" + std::string(many ? "s " : " ") + join(late) +
+                          (many ? " have" : " has") + " not reached the barrier within " + ms + " ms" +
+                          (wait_all_ranks ? "" : " (the first one found; pass wait_all_ranks=True for all)") +
+                          " (torch: " + (many ? "Ranks " : "Rank ") + join(late) +
+                          " failed to pass monitoredBarrier in " + ms + " ms" +
+                          (timeout.count() == 0 ? "; Rank 0 timed out in monitoredBarrier after 0 ms" : "") + ")");
     }
     std::vector<WorkPtr> acks;
     for (int r = 1; r < W; ++r) acks.push_back(comm->send(token->data(), 1, DataType::kUInt8, r, tag, lingering));

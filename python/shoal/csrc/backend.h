@@ -51,6 +51,7 @@
 
 #include "device.h"
 #include "shoal/communicator.h"
+#include "shoal/error.h"
 
 namespace shoal::torch_adapter {
 
@@ -112,8 +113,12 @@ class Completer {
 // on that stream (its callbacks run on streams that waited for them).
 class ShoalWork : public c10d::Work {
  public:
+  // `title` and `inputs`: the torch profiler event the work records from
+  // construction (on the issuing thread) to completion, as torch's own
+  // backends do (see profiling_title in launch.cc).
   ShoalWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, uint64_t seq,
-            std::shared_ptr<DeviceSide> device = nullptr, std::shared_ptr<c10::Event> ready = nullptr);
+            std::shared_ptr<DeviceSide> device = nullptr, std::shared_ptr<c10::Event> ready = nullptr,
+            const char* title = nullptr, std::optional<std::vector<at::Tensor>> inputs = std::nullopt);
   ~ShoalWork() override;
 
   // Setup, before start(): tensors to keep alive, work to do at completion.
@@ -164,6 +169,14 @@ class ShoalWork : public c10d::Work {
   bool future_shared_ = false;       // under state_mu_: getFuture() was called
 };
 
+const char* profiling_title(const std::string& backend, c10d::OpType type);
+
+// shoal's message, and the phrase torch's tooling (its suite, log scrapers
+// written for Gloo and NCCL) looks for in the same condition: "collective
+// operation timeout" / "Timed out" for a timeout, "connection closed by peer"
+// for a lost peer (docs/errors.md).
+std::string torch_message(const shoal::Error& e);
+
 struct BackendConfig {
   std::string name = "shoal";             // the name PyTorch knows the backend by
   std::string group_name;                 // torch's group name (for messages)
@@ -185,6 +198,9 @@ class ShoalBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
+  // Sparse COO tensors (backend_sparse.cc); allreduce() hands them here.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,

@@ -31,6 +31,9 @@ namespace shoal::torch_adapter {
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == at::kSparse) {
+    return allreduce_sparse(tensors, opts);
+  }
   Call c(*this, "allreduce", c10d::OpType::ALLREDUCE, opts);
   c.one("tensors", tensors);
   const at::Tensor& t = tensors[0];
@@ -91,6 +94,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::_reduce_scatter_base(at::Tensor& ou
   Elem e = c.reduce_elem("input", input, op);
   // The output may be a view into the input (its own block): shoal's
   // reduce-scatter cannot run in place, so the input is copied then.
+  c.profile({input});
   at::Tensor in = c.in(output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : input);
   at::Tensor out = c.out(output, "output");
   return c.launch({output}, [=](Communicator& comm, const OpOptions& oo) {
@@ -115,6 +119,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter(std::vector<at::Tens
   }
   ReduceOp op = c.reduce_op(opts.reduceOp);
   Elem e = c.reduce_elem("output", o, op);
+  c.profile(in);
   at::Tensor send = c.pack(in, o);
   at::Tensor out = c.out(o, "output");
   std::vector<size_t> counts;
@@ -148,6 +153,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter_tensor_coalesced(
   }
   ReduceOp op = c.reduce_op(opts.reduceOp);
   Elem e = c.reduce_elem("inputs[0]", inputs[0], op);
+  c.profile(inputs);
   // send: for each rank r, the r-th block of every input, in list order.
   at::Tensor send = c.scratch(S * W, inputs[0]);
   {
@@ -193,6 +199,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::_allgather_base(at::Tensor& output,
                          std::to_string(getSize()) + ") x input's " + std::to_string(input.numel()));
   }
   Elem e = c.move_elem(input);
+  c.profile({input});
   at::Tensor out = c.out(output, "output");
   // In place when the input is this rank's block of the output.
   const bool in_place = !c.device() && output.is_contiguous() && output.is_alias_of(input) && input.is_contiguous();
@@ -218,6 +225,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather(std::vector<std::vector<a
                                               " elements, but this rank's input has " + std::to_string(t.numel()));
   }
   Elem e = c.move_elem(t);
+  c.profile({t});
   at::Tensor in = c.in(t);
   int64_t total = 0;
   std::vector<size_t> counts;
@@ -258,6 +266,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_coalesced(std::vector<std
     }
   }
   Elem e = c.move_elem(inputs[0]);
+  c.profile(inputs);
   at::Tensor send = c.pack(inputs, inputs[0]);
   at::Tensor recv = c.scratch(S * W, inputs[0]);
   c.unpack(recv, flat_outs);
@@ -281,6 +290,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::allgather_into_tensor_coalesced(std
     S += inputs[i].numel();
   }
   Elem e = c.move_elem(inputs[0]);
+  c.profile(inputs);
   at::Tensor send = c.pack(inputs, inputs[0]);
   at::Tensor recv = c.scratch(S * W, inputs[0]);
   std::vector<at::Tensor> outs = outputs;
@@ -323,6 +333,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::gather(std::vector<std::vector<at::
     }
   }
   Elem e = c.move_elem(t);
+  c.profile({t});
   at::Tensor in = c.in(t);
   at::Tensor recv;
   if (is_root) {
@@ -352,6 +363,9 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::scatter(std::vector<at::Tensor>& ou
     c.list_len("scatter_list", src.size(), getSize(), "one tensor per rank of the group");
     for (size_t r = 0; r < src.size(); ++r) c.like(idx("scatter_list", r), src[r], "output", o, o.numel());
     send = c.pack(src, o);
+    c.profile(src);
+  } else {
+    c.profile({});
   }
   Elem e = c.move_elem(o);
   at::Tensor out = c.out(o, "output");
@@ -407,6 +421,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor& output, a
   c.like("output", output, "input", input);
   const int W = getSize();
   Elem e = c.move_elem(input);
+  c.profile({input});
   if (output_split_sizes.empty() && input_split_sizes.empty()) {
     if (input.numel() % W != 0) {
       c.fail("input", std::to_string(input.numel()) + " elements do not split equally into " + std::to_string(W) +
@@ -456,6 +471,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall(std::vector<at::Tensor>& o
                                                      " elements but this rank sends itself " +
                                                      std::to_string(inputs[getRank()].numel()));
   }
+  c.profile(inputs);
   at::Tensor send = c.pack(inputs, inputs[0]);
   at::Tensor recv = c.scratch(total, inputs[0]);
   std::vector<at::Tensor> dst = outputs;

@@ -332,6 +332,10 @@ class Call {
       }
     });
   }
+  // The tensors a profiler event of this call shows as its inputs (default:
+  // the outputs, which are also the inputs of in-place collectives).
+  void profile(std::vector<at::Tensor> inputs) { profiled_ = std::move(inputs); }
+
   // Work at completion (copies into `targets`, which the call writes).
   void on_success(std::function<void()> fn, const std::vector<at::Tensor>& targets = {}) {
     for (auto& t : targets) written_.push_back(t);
@@ -386,6 +390,7 @@ class Call {
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;  // (user tensor, staging)
   std::vector<std::pair<at::Tensor, at::Tensor>> downs_;      // (host staging, device source)
   std::vector<at::Tensor> written_;                           // device tensors finishers write
+  std::optional<std::vector<at::Tensor>> profiled_;
 };
 
 }  // namespace shoal::torch_adapter

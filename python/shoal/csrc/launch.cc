@@ -5,6 +5,9 @@
 #include <c10/core/StreamGuard.h>
 
 #include <algorithm>
+#include <mutex>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "call.h"
@@ -20,14 +23,49 @@ namespace {
   } catch (const shoal::InvalidArgument& e) {
     TORCH_CHECK(false, e.what());
   } catch (const shoal::Error& e) {
-    C10_THROW_ERROR(DistBackendError, e.what());
+    C10_THROW_ERROR(DistBackendError, torch_message(e));
   }
 }
 
 }  // namespace
 
+// "shoal:all_reduce", as the built-in backends name their profiler events
+// ("gloo:all_reduce"): torch's suite and trace tools look for these. The
+// strings live as long as the process (the profiler keeps the pointer).
+const char* profiling_title(const std::string& backend, c10d::OpType type) {
+  const char* op = "unknown";
+  switch (type) {
+    case c10d::OpType::BROADCAST: op = "broadcast"; break;
+    case c10d::OpType::ALLREDUCE: op = "all_reduce"; break;
+    case c10d::OpType::ALLREDUCE_COALESCED: op = "all_reduce_coalesced"; break;
+    case c10d::OpType::REDUCE: op = "reduce"; break;
+    case c10d::OpType::ALLGATHER: op = "all_gather"; break;
+    case c10d::OpType::_ALLGATHER_BASE: op = "all_gather_into_tensor"; break;
+    case c10d::OpType::ALLGATHER_COALESCED: op = "all_gather_coalesced"; break;
+    case c10d::OpType::COALESCED: op = "all_gather_into_tensor_coalesced"; break;
+    case c10d::OpType::GATHER: op = "gather"; break;
+    case c10d::OpType::SCATTER: op = "scatter"; break;
+    case c10d::OpType::REDUCE_SCATTER: op = "reduce_scatter"; break;
+    case c10d::OpType::_REDUCE_SCATTER_BASE: op = "reduce_scatter_tensor"; break;
+    case c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED: op = "reduce_scatter_tensor_coalesced"; break;
+    case c10d::OpType::ALLTOALL_BASE:
+    case c10d::OpType::ALLTOALL: op = "all_to_all"; break;
+    case c10d::OpType::SEND: op = "send"; break;
+    case c10d::OpType::RECV: op = "recv"; break;
+    case c10d::OpType::RECVANYSOURCE: op = "recvAnySource"; break;
+    case c10d::OpType::BARRIER: op = "barrier"; break;
+    default: break;
+  }
+  static std::mutex mu;
+  static auto* titles = new std::set<std::string>();  // never freed: see above
+  std::lock_guard<std::mutex> g(mu);
+  return titles->insert(backend + ":" + op).first->c_str();
+}
+
 c10::intrusive_ptr<ShoalWork> Call::make_work(std::vector<at::Tensor> outputs, std::shared_ptr<c10::Event> ready) {
-  auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), 0, device_, std::move(ready));
+  std::vector<at::Tensor> inputs = profiled_ ? *profiled_ : outputs;
+  auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), 0, device_, std::move(ready),
+                                             profiling_title(be_.getBackendName(), type_), std::move(inputs));
   for (auto& t : keep_) work->keep(std::move(t));
   for (auto& f : finishers_) work->on_success(std::move(f));
   for (auto& [user, staged] : copy_back_) {

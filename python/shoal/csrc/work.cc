@@ -21,7 +21,7 @@ std::exception_ptr as_dist_error(std::exception_ptr err) {
     return err;
   } catch (const shoal::Error& e) {
     return std::make_exception_ptr(c10::DistBackendError(
-        c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, e.what()));
+        c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, torch_message(e)));
   } catch (const std::exception& e) {
     return std::make_exception_ptr(c10::DistBackendError(
         c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, e.what()));
@@ -31,6 +31,19 @@ std::exception_ptr as_dist_error(std::exception_ptr err) {
 }
 
 }  // namespace
+
+std::string torch_message(const shoal::Error& e) {
+  switch (e.code()) {
+    case ErrorCode::kTimeout:
+      return std::string(e.what()) + "; torch: collective operation timeout (Timed out waiting for the peers)";
+    case ErrorCode::kPeerLost: {
+      const int peer = static_cast<const shoal::PeerLost&>(e).peer();
+      return std::string(e.what()) + "; torch: connection closed by peer" +
+             (peer >= 0 ? " rank " + std::to_string(peer) : std::string());
+    }
+    default: return e.what();
+  }
+}
 
 // ---------------------------------------------------------------- Activity
 
@@ -125,8 +138,9 @@ c10::intrusive_ptr<c10::ivalue::Future> make_future(const std::shared_ptr<Device
 }  // namespace
 
 ShoalWork::ShoalWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, uint64_t seq,
-                     std::shared_ptr<DeviceSide> device, std::shared_ptr<c10::Event> ready)
-    : c10d::Work(rank, type),
+                     std::shared_ptr<DeviceSide> device, std::shared_ptr<c10::Event> ready, const char* title,
+                     std::optional<std::vector<at::Tensor>> inputs)
+    : c10d::Work(rank, type, title, inputs),
       outputs_(std::move(outputs)),
       seq_(seq),
       device_(std::move(device)),
