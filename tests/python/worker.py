@@ -633,8 +633,8 @@ def errors():
     backend = pg._get_backend(torch.device("cpu"))
     c.run("wrong device", expect_error,
           lambda: backend.allreduce([torch.ones(3, device="meta")]), "tensor", "meta", "cpu")
-    c.run("sparse", expect_error,
-          lambda: pg.allreduce([torch.ones(3).to_sparse()]).wait(), "allreduce")
+    # Sparse tensors: all_reduce sums them, its bad input is in parity_worker.py;
+    # torch's dispatcher refuses them for the other collectives before shoal.
     if WS > 1:
         c.run("send to self", expect_error, lambda: pg.send([torch.ones(1)], RANK, 0), "dst")
     if RANK == 0:  # checked on the root before anything is sent: the others issue nothing
