@@ -87,7 +87,15 @@ std::shared_ptr<DeviceSide> ShoalBackend::device_side(const c10::Device& d, std:
     return static_cast<size_t>(v);
   };
   device_ = std::make_shared<DeviceSide>(d, knob("SHOAL_DEVICE_CHUNK_BYTES"), knob("SHOAL_DEVICE_STAGING_BYTES"));
+  uses_device_.store(true, std::memory_order_release);
   return device_;
+}
+
+const char* ShoalBackend::profiling_title(c10d::OpType type) {
+  std::lock_guard<std::mutex> g(titles_mu_);
+  auto& t = titles_[type];
+  if (!t) t = torch_adapter::profiling_title(cfg_.name, type);
+  return t;
 }
 
 std::optional<ShoalBackend::StagingStats> ShoalBackend::staging_stats() {

@@ -14,9 +14,11 @@
 // torch drives through c10's streams and events) are staged through pinned
 // host buffers on side streams, with NCCL's stream semantics (device.h).
 //
-// Order: the Issuer hands every operation to the core in call order; one
-// whose device data is still on its way down waits there, and so do the
-// CPU operations behind it (one process group serves both devices).
+// Order: once a group has had a device operation, the Issuer hands every
+// operation to the core in call order; one whose device data is still on
+// its way down waits there, and so do the CPU operations behind it (one
+// process group serves both devices). A group that never had one issues on
+// the calling thread, as before (no queue, no cost).
 //
 // Completion: shoal::Work::on_complete runs on the communicator's executor
 // thread, which must never block. When nothing else has to happen (no copy
@@ -42,6 +44,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -249,6 +252,9 @@ class ShoalBackend : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // The name of this backend's profiler events for `type` ("shoal:all_reduce").
+  const char* profiling_title(c10d::OpType type);
+
   // For tests and diagnostics: the first error that broke the communicator.
   std::string comm_error() const;
   // For tests and diagnostics: the device staging pool, once a device was used.
@@ -274,9 +280,12 @@ class ShoalBackend : public c10d::Backend {
   std::unique_ptr<Issuer> issuer_;
   std::mutex device_mu_;
   std::shared_ptr<DeviceSide> device_;     // under device_mu_: the group's device, once used
+  std::atomic<bool> uses_device_{false};   // set once device_ is: calls go through issuer_ from then on
   std::atomic<int64_t> default_timeout_ms_;
   std::atomic<uint64_t> seq_{0};           // collectives issued (same on every rank)
   std::atomic<uint64_t> monitored_barrier_count_{0};
+  std::mutex titles_mu_;
+  std::map<c10d::OpType, const char*> titles_;  // under titles_mu_
 };
 
 }  // namespace shoal::torch_adapter

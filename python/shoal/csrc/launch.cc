@@ -2,6 +2,7 @@
 // queued for the host, and the Issuer hands the shoal operations to the
 // communicator in call order (device.h); plus the pipelined all_reduce of a
 // large device tensor.
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 
 #include <algorithm>
@@ -31,7 +32,8 @@ namespace {
 
 // "shoal:all_reduce", as the built-in backends name their profiler events
 // ("gloo:all_reduce"): torch's suite and trace tools look for these. The
-// strings live as long as the process (the profiler keeps the pointer).
+// strings live as long as the process (the profiler keeps the pointer); the
+// backend asks once per type (ShoalBackend::profiling_title).
 const char* profiling_title(const std::string& backend, c10d::OpType type) {
   const char* op = "unknown";
   switch (type) {
@@ -63,9 +65,13 @@ const char* profiling_title(const std::string& backend, c10d::OpType type) {
 }
 
 c10::intrusive_ptr<ShoalWork> Call::make_work(std::vector<at::Tensor> outputs, std::shared_ptr<c10::Event> ready) {
-  std::vector<at::Tensor> inputs = profiled_ ? *profiled_ : outputs;
+  // A profiler event only when something records them (the check is cheap;
+  // making the event is not).
+  const bool profiled = at::hasCallbacks() && at::isRecordFunctionEnabled();
+  std::optional<std::vector<at::Tensor>> inputs;
+  if (profiled) inputs = profiled_ ? *profiled_ : outputs;
   auto work = c10::make_intrusive<ShoalWork>(rank(), type_, std::move(outputs), 0, device_, std::move(ready),
-                                             profiling_title(be_.getBackendName(), type_), std::move(inputs));
+                                             profiled ? be_.profiling_title(type_) : nullptr, std::move(inputs));
   for (auto& t : keep_) work->keep(std::move(t));
   for (auto& f : finishers_) work->on_success(std::move(f));
   for (auto& [user, staged] : copy_back_) {
@@ -96,6 +102,21 @@ c10::intrusive_ptr<c10d::Work> Call::launch(std::vector<at::Tensor> outputs, Iss
     oo_.blocking = false;  // it runs on the core's threads, after the copies
   }
   auto work = make_work(std::move(outputs), ready);
+  if (!be_.uses_device_.load(std::memory_order_acquire)) {
+    // A group that never had a device operation has nothing queued to keep
+    // order with: straight to the core, on this thread.
+    std::vector<WorkPtr> works;
+    try {
+      works = issue(*comm_, oo_);
+    } catch (...) {
+      ShoalWork::seal(work, std::current_exception());
+      rethrow_refusal(std::current_exception());
+    }
+    if (collective_) work->set_seq(++be_.seq_);
+    for (auto& w : works) ShoalWork::add(work, std::move(w));
+    ShoalWork::seal(work);
+    return work;
+  }
   std::exception_ptr refused;  // set only by an inline run, read below
   auto* refused_at = &refused;
   ShoalBackend* be = &be_;

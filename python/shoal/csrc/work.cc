@@ -48,24 +48,23 @@ std::string torch_message(const shoal::Error& e) {
 // ---------------------------------------------------------------- Activity
 
 namespace {
+std::atomic<int64_t> g_activity{0};
 std::mutex g_activity_mu;
 std::condition_variable g_activity_cv;
-int64_t g_activity = 0;  // under g_activity_mu
 }  // namespace
 
-void Activity::begin() {
-  std::lock_guard<std::mutex> g(g_activity_mu);
-  ++g_activity;
-}
+void Activity::begin() { g_activity.fetch_add(1, std::memory_order_relaxed); }
 
 void Activity::end() {
-  std::lock_guard<std::mutex> g(g_activity_mu);
-  if (--g_activity == 0) g_activity_cv.notify_all();
+  if (g_activity.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard<std::mutex> g(g_activity_mu);  // pairs with wait_quiet's check
+    g_activity_cv.notify_all();
+  }
 }
 
 bool Activity::wait_quiet(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> g(g_activity_mu);
-  return g_activity_cv.wait_for(g, timeout, [] { return g_activity == 0; });
+  return g_activity_cv.wait_for(g, timeout, [] { return g_activity.load(std::memory_order_acquire) == 0; });
 }
 
 // ---------------------------------------------------------------- Completer
@@ -165,6 +164,11 @@ void ShoalWork::add(const c10::intrusive_ptr<ShoalWork>& self, WorkPtr w, std::f
     self->works_.push_back(w);
   }
   shoal::Work* raw = w.get();
+  if (!after) {
+    // The hook holds the work (and its tensors) alive until it has run.
+    raw->on_complete([self, raw] { self->part_done(self, raw->error()); });
+    return;
+  }
   // `after` (which may hold staging buffers) is moved out when the operation
   // ends, run or dropped then: never kept for the life of the shoal work.
   auto fn = std::make_shared<std::function<void()>>(std::move(after));
