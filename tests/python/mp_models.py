@@ -115,6 +115,30 @@ class TinyGPT(nn.Module):
         return {"logits": self.head(x), "unused": x.mean(dim=1), "t": t}
 
 
+class MaskedLM(nn.Module):
+    """Ordinary model code in the traced forward: a registered mask buffer
+    sliced by the input's length, `if self.training`, torch's own
+    TransformerEncoderLayer as the units."""
+
+    def __init__(self, vocab=13, d=16, layers=2, max_t=32):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList([nn.TransformerEncoderLayer(d, 2, 2 * d, dropout=0.0, batch_first=True)
+                                     for _ in range(layers)])
+        self.head = nn.Linear(d, vocab)
+        self.register_buffer("mask", torch.triu(torch.full((max_t, max_t), float("-inf")), 1))
+
+    def forward(self, idx):
+        t = idx.shape[-1]
+        h = self.emb(idx)
+        if self.training:
+            h = h * 1.0
+        m = self.mask[:t, :t]
+        for layer in self.layers:
+            h = layer(h, src_mask=m)
+        return {"logits": self.head(h)}
+
+
 class Split(nn.Module):
     def __init__(self, d):
         super().__init__()

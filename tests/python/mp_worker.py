@@ -250,6 +250,9 @@ def train(c, p):
             "branchy", M.Branchy, {**base, "pipeline": "simple"}, M.chain_data(3, 8), F.cross_entropy,
             lambda ps: torch.optim.SGD(ps, lr=0.05)))
         c.run("chain 1 microbatch", chain_check({**base, "microbatches": 1}))
+        c.run("masked LM (buffer sliced by the input's length)", lambda: train_and_compare(
+            "masked lm", lambda: M.MaskedLM(layers=2), {**base, "pipeline": "interleaved"},
+            M.text_data(3, 4, [6, 9]), M.lm_loss, lambda ps: torch.optim.SGD(ps, lr=0.1)))
 
 
 # ----------------------------------------------------------------- features

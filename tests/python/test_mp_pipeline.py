@@ -27,10 +27,10 @@ def _job(world_size, *suites, timeout=300):
 
 def test_two_ranks_two_partitions():
     """2 partitions x 1 replica: both schedules, auto and manual placement, a transformer with
-    tied weights and changing sequence lengths, nested values, the API, amp, clipping,
-    checkpoints into the plain module."""
+    tied weights and changing sequence lengths, a mask buffer sliced by the input's length, nested
+    values, the API, amp, clipping, checkpoints into the plain module."""
     passed = _job(2, "train:2", "features")
-    assert len(passed) == 12, passed
+    assert len(passed) == 13, passed
 
 
 def test_four_ranks_four_partitions_two_replicas_resume_failure():

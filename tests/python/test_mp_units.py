@@ -209,7 +209,8 @@ def test_auto_partition_balances_and_keeps_tied_modules_together():
     P.assign_owners(gpt, pl, g, 0)
     assert pl.units[0] == "tok" and pl.owner["pos"] == pl.unit_part[pl.units[1]]   # the unit read after it
     assert pl.owner["head.weight"] == pl.owner["tok.weight"] == 0
-    assert "partition" in P.describe(gpt, pl, 2)
+    text = P.describe(gpt, pl, 2)
+    assert "partition" in text and "tied: tok, head share a parameter: stage 0" in text, text
 
 
 def test_smp_partition_tags_modules_created_inside():
@@ -339,3 +340,40 @@ def test_sagemaker_import_path_is_the_same_module():
     assert smp2 is smp and amp2 is smp.amp
     from smdistributed.modelparallel.torch import DistributedModel, step
     assert DistributedModel is smp.DistributedModel and step is smp.step
+
+
+def test_split_with_ties_balances_under_the_constraint():
+    # GPT-2's shape: a tied embedding and head at both ends, the head costly.
+    costs = [1.0, 1.0, 1.0, 1.0, 1.0, 0.01, 3.0]   # wte, h0-h3, ln_f, lm_head (tied to wte)
+    stage = P.split_with_ties(costs, 2, [[0, 6]])
+    assert stage[0] == stage[6]
+    sums = [sum(c for c, s in zip(costs, stage) if s == g) for g in range(2)]
+    assert max(sums) == pytest.approx(4.01)   # fixing up after a plain split gives 7
+    rng = random.Random(5)
+    for _ in range(150):
+        n = rng.randint(2, 8)
+        k = rng.randint(1, min(3, n))
+        costs = [rng.random() for _ in range(n)]
+        tie = sorted(rng.sample(range(n), 2))
+        stage = P.split_with_ties(costs, k, [tie])
+        assert stage[tie[0]] == stage[tie[1]]
+        got = max(sum(c for c, s in zip(costs, stage) if s == g) for g in range(k))
+        best = float("inf")
+        for cuts in itertools.combinations(range(1, n), k - 1):
+            st = [sum(1 for c in cuts if c <= i) for i in range(n)]
+            st[tie[1]] = st[tie[0]]
+            if len(set(st)) == k:
+                best = min(best, max(sum(c for c, s in zip(costs, st) if s == g) for g in range(k)))
+        if best < float("inf"):
+            assert got == pytest.approx(best)
+
+
+def test_tracing_accepts_ordinary_model_code():
+    """Sizes as integers, a buffer sliced by them, `if self.training`: traced, not refused."""
+    m = M.MaskedLM(layers=2)
+    idx = torch.randint(0, 13, (2, 7))
+    g = G.trace(m, ["emb", "layers.0", "layers.1", "head"], G.bind(m, (idx,), {}))
+    targets = [n.target for n in g.nodes]
+    assert "mask" in targets and "layers.0" in targets and "layers.1" in targets
+    gm = torch.fx.GraphModule(m, g)
+    torch.testing.assert_close(gm(idx)["logits"], m(idx)["logits"])

@@ -79,6 +79,9 @@ class _Tracer(fx.Tracer):
     def __init__(self, root: torch.nn.Module, leaves: Iterable[str], example: Mapping[str, Any],
                  meta_state: Mapping[str, torch.Tensor]):
         super().__init__(autowrap_modules=(math,))
+        # Buffers read by the traced code become graph values, so that code
+        # may index them with traced sizes (self.mask[:T, :T]).
+        self.proxy_buffer_attributes = True
         self.root_module = root
         self.leaves = set(leaves)
         self.example = dict(example)

@@ -17,7 +17,9 @@ Automatic (``auto_partition``, the default), on rank 0 at the first step:
    where a unit's cost is ``(1 - w) * time share + w * memory share`` with
    ``w = memory_weight`` and memory = parameter bytes + activation bytes;
 4. modules that share a parameter (tied weights) go to the partition of the
-   first of them, even if that makes a partition non-contiguous;
+   first of them, even if that makes a partition non-contiguous, and step 3's
+   cut is chosen with that constraint applied (split_with_ties), so the
+   stages stay balanced;
 5. trace the whole forward with these units; if a module above them cannot be
    traced, keep it whole and start again.
 
@@ -36,6 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import math
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -129,6 +133,70 @@ def split_contiguous(costs: Sequence[float], parts: int) -> List[int]:
     return stage
 
 
+def _merge_ties(groups: List[List[int]]) -> List[List[int]]:
+    """Groups that share an item, merged (a unit may share two parameters with two others)."""
+    parent: Dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for g in groups:
+        for i in g[1:]:
+            parent[find(i)] = find(g[0])
+    out: Dict[int, List[int]] = {}
+    for g in groups:
+        for i in g:
+            out.setdefault(find(i), []).append(i)
+    return [sorted(set(v)) for v in out.values() if len(set(v)) > 1]
+
+
+def split_with_ties(costs: Sequence[float], parts: int, ties: Sequence[Sequence[int]],
+                    max_candidates: int = 200_000) -> List[int]:
+    """The stage of each item, as split_contiguous, where each group in `ties`
+    (items sharing a parameter) must share a stage: that of its first item.
+
+    The balance is computed with the constraint, not restored after it: every
+    contiguous cut is tried with the tied items moved to their first item's
+    stage, and the one with the smallest largest stage wins (every stage
+    keeping at least one item; ties broken towards earlier cuts). Without
+    ties, or with more cuts than `max_candidates`, it is split_contiguous
+    followed by the move."""
+    n = len(costs)
+    groups = [sorted(g) for g in ties if len(g) > 1]
+    if not groups:
+        return split_contiguous(costs, parts)
+    follow = {}  # item -> the item whose stage it takes
+    for g in groups:
+        for i in g[1:]:
+            follow[i] = g[0]
+
+    def with_ties(stage: List[int]) -> List[int]:
+        return [stage[follow.get(i, i)] for i in range(n)]
+
+    if math.comb(n - 1, parts - 1) > max_candidates:
+        return with_ties(split_contiguous(costs, parts))
+    best, best_stage = float("inf"), None
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        bounds = (0,) + cuts + (n,)
+        stage = [0] * n
+        for k in range(parts):
+            for i in range(bounds[k], bounds[k + 1]):
+                stage[i] = k
+        stage = with_ties(stage)
+        sums = [0.0] * parts
+        for c, st in zip(costs, stage):
+            sums[st] += c
+        if len(set(stage)) < parts:
+            continue
+        if max(sums) < best - 1e-15:
+            best, best_stage = max(sums), stage
+    if best_stage is None:  # the ties leave some stage empty whatever the cut
+        return with_ties(split_contiguous(costs, parts))
+    return best_stage
+
+
 def _called_children(name: str, costs: Dict[str, ModuleCost], root: torch.nn.Module) -> List[str]:
     """The called modules right below `name` (looking through containers that are never called)."""
     out: List[str] = []
@@ -205,16 +273,15 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
                 f"smp: cannot split the model into {partitions} partitions: it has only {len(units)} "
                 f"pipeline units ({', '.join(units)}) after splitting every module whose forward can be "
                 f"traced; use fewer partitions or place modules with smp.partition")
-        stage = split_contiguous([cost(u) for u in units], partitions)
-        unit_part = dict(zip(units, stage))
-        # tied parameters: every unit sharing one goes to the first sharer's partition
-        sharers: Dict[int, List[str]] = {}
-        for u in units:
+        # tied parameters: the units sharing one share a stage (the first
+        # sharer's), and the balance is computed with that constraint
+        sharers: Dict[int, List[int]] = {}
+        for i, u in enumerate(units):
             for pid in _unit_params(root, u):
-                sharers.setdefault(pid, []).append(u)
-        for us in sharers.values():
-            for u in us[1:]:
-                unit_part[u] = unit_part[us[0]]
+                sharers.setdefault(pid, []).append(i)
+        ties = _merge_ties(list(sharers.values()))
+        stage = split_with_ties([cost(u) for u in units], partitions, ties)
+        unit_part = dict(zip(units, stage))
         try:
             g = G.trace(root, units, call_args)
         except G.TraceFailure as e:
@@ -332,4 +399,12 @@ def describe(root: torch.nn.Module, pl: Placement, microbatch: Optional[int] = N
         if len(names) > 100:
             names = names[:97] + "..."
         rows.append(f"  {s:>5}  {n:>10,}  {tt:>9}  {mm:>9}  {names}")
+    shared: Dict[int, List[str]] = {}
+    for u in pl.units:
+        for pid in _unit_params(root, u):
+            shared.setdefault(pid, []).append(u)
+    for us in shared.values():
+        if len(us) > 1:
+            rows.append(f"  tied: {', '.join(us)} share a parameter: stage {pl.unit_part[us[0]]} "
+                        f"(balanced with that constraint)")
     return "\n".join(rows)
