@@ -377,3 +377,33 @@ def test_tracing_accepts_ordinary_model_code():
     assert "mask" in targets and "layers.0" in targets and "layers.1" in targets
     gm = torch.fx.GraphModule(m, g)
     torch.testing.assert_close(gm(idx)["logits"], m(idx)["logits"])
+
+
+def test_branches_on_sizes_are_taken_at_trace_time():
+    class Sized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            if x.size(0) == 1:      # a condition on a size, not on values
+                return self.a(x)
+            return self.b(self.a(x))
+    m = Sized()
+    g1 = G.trace(m, ["a", "b"], G.bind(m, (torch.randn(1, 4),), {}))
+    g3 = G.trace(m, ["a", "b"], G.bind(m, (torch.randn(3, 4),), {}))
+    assert g1._shoal_shape_specialized and g3._shoal_shape_specialized
+    assert "b" not in [n.target for n in g1.nodes] and "b" in [n.target for n in g3.nodes]
+
+    class Valued(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.a(x) if x.sum() > 0 else x   # on values: refused, naming the cause
+    with pytest.raises(G.TraceFailure, match="tensor's values"):
+        G.trace(Valued(), ["a"], G.bind(Valued(), (torch.randn(2, 4),), {}))
+    plain = G.trace(M.Chain(depth=2), ["inp", "blocks.0", "blocks.1", "out"],
+                    G.bind(M.Chain(depth=2), (torch.randn(2, 8),), {}))
+    assert not plain._shoal_shape_specialized

@@ -12,9 +12,17 @@ forward of any module the partitioner splits) must be traceable by torch.fx:
 no Python control flow on tensor values. Two additions to plain torch.fx:
 
 - the tracer runs every recorded operation on meta tensors beside the trace,
-  so it knows shapes; iterating over a size (``b, t = idx.size()``) works;
+  so it knows shapes; iterating over a size (``b, t = idx.size()``) works,
+  and so does control flow on sizes (``if t > 1:``): the branch is taken at
+  trace time and the graph is then specific to the input shapes (a
+  ``fx.Graph`` attribute, ``_shoal_shape_specialized``, says so);
+- buffers read by the traced code are graph values (``self.mask[:t, :t]``);
 - a failure names the module whose forward could not be traced
   (:class:`TraceFailure`), so that the partitioner can keep it whole.
+
+A forward that takes ``**kwargs`` (every Hugging Face model's) is traced with
+the call's keyword arguments as its parameters; a mapping it returns (a
+``ModelOutput``) is rebuilt with its type (``_shoal_output_type``).
 
 Non-tensor arguments of the call (None, flags, ints) are baked into the graph;
 the runtime keeps one graph per distinct set of such values.
@@ -22,6 +30,7 @@ the runtime keeps one graph per distinct set of such values.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from typing import Any, Dict, Iterable, Mapping, Optional
@@ -54,15 +63,51 @@ def is_concrete(v: Any) -> bool:
 
 
 def bind(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> Dict[str, Any]:
-    """The call's arguments by parameter name of `module.forward`, defaults applied."""
+    """The call's arguments by name, defaults applied: `module.forward`'s named
+    parameters, then the keyword arguments its ``**kwargs`` took (as Hugging
+    Face models' forwards have), each under its own name."""
     sig = inspect.signature(module.forward)
     for p in sig.parameters.values():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise TypeError(f"smp: the forward of {type(module).__name__} takes *{p.name}; the pipeline "
-                            f"needs a forward with named parameters only")
+        if p.kind == p.VAR_POSITIONAL and len(args) > sum(
+                1 for q in sig.parameters.values() if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)):
+            raise TypeError(f"smp: the forward of {type(module).__name__} was given more positional arguments "
+                            f"than it names (its *{p.name}); the pipeline needs them by name: pass them as "
+                            f"keyword arguments")
     b = sig.bind(*args, **kwargs)
     b.apply_defaults()
-    return dict(b.arguments)
+    out: Dict[str, Any] = {}
+    for name, v in b.arguments.items():
+        kind = sig.parameters[name].kind
+        if kind == inspect.Parameter.VAR_KEYWORD:
+            out.update(v)
+        elif kind != inspect.Parameter.VAR_POSITIONAL:
+            out[name] = v
+    return out
+
+
+@contextlib.contextmanager
+def _named_forward(root: torch.nn.Module, names: Iterable[str]):
+    """While tracing: `root`'s forward as one with exactly these named
+    parameters (torch.fx cannot trace a forward that takes ``**kwargs``); the
+    module, its class name and its attributes stay what they are."""
+    names = list(names)
+    params = [p for p in inspect.signature(root.forward).parameters.values()]
+    if all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params) and \
+            [p.name for p in params] == names:
+        yield
+        return
+    for n in names:
+        if not n.isidentifier():
+            raise TypeError(f"smp: keyword argument {n!r} of the forward of {type(root).__name__} is not a name")
+    cls = type(root)
+    ns: Dict[str, Any] = {"_forward": cls.forward}
+    exec(f"def forward(self, {', '.join(names)}):\n"  # noqa: S102 - names checked above
+         f"    return _forward(self, {', '.join(f'{n}={n}' for n in names)})\n", ns)
+    root.__class__ = type(cls.__name__, (cls,), {"forward": ns["forward"], "__module__": cls.__module__})
+    try:
+        yield
+    finally:
+        root.__class__ = cls
 
 
 def _meta(v: Any) -> Any:
@@ -91,6 +136,8 @@ class _Tracer(fx.Tracer):
         self.n_placeholders = 0
         self.stack = [""]
         self.in_shadow = False
+        self.shape_specialized = False
+        self.last_mapping = None
 
     # -- units are leaves; everything else is traced through
     def is_leaf_module(self, m: torch.nn.Module, qualname: str) -> bool:
@@ -99,7 +146,10 @@ class _Tracer(fx.Tracer):
     def call_module(self, m, forward, args, kwargs):
         if self.in_shadow:  # a module called while computing shapes: just run it
             return forward(*args, **kwargs)
-        qualname = self.path_of_module(m)
+        try:
+            qualname = self.path_of_module(m)
+        except NameError:  # made inside the forward (a loss module): its code is glue
+            return forward(*args, **kwargs)
         if qualname in self.leaves:
             return super().call_module(m, forward, args, kwargs)
         self.stack.append(qualname)
@@ -157,7 +207,8 @@ class _Tracer(fx.Tracer):
                 prefix = node.target + "."
                 state = {k[len(prefix):]: v for k, v in self.meta_state.items() if k.startswith(prefix)}
                 mod = self.root_module.get_submodule(node.target)
-                return torch.func.functional_call(mod, state, tuple(args), dict(kwargs), strict=False)
+                return torch.func.functional_call(mod, state, tuple(args), dict(kwargs), strict=False,
+                                                  tie_weights=False)
         return _UNKNOWN
 
     def iter(self, obj):
@@ -168,10 +219,30 @@ class _Tracer(fx.Tracer):
             "iterating over a traced value whose length is not a static shape (for example a "
             "tensor's rows, or a data-dependent list); move this code into a submodule")
 
+    def getattr(self, attr, attr_val, parameter_proxy_cache):
+        if self.in_shadow:  # computing shapes: attributes are what they are
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    # -- a mapping the forward returns (a Hugging Face ModelOutput) keeps its type
+    def create_arg(self, a):
+        if isinstance(a, Mapping) and type(a) is not dict and \
+                not isinstance(a, fx.immutable_collections.immutable_dict):
+            self.last_mapping = (type(a), list(a.keys()))
+            a = dict(a)
+        return super().create_arg(a)
+
     def to_bool(self, obj):
+        # A condition on sizes (`if q_len == 1`, `t > self.max_t`) is known
+        # at trace time: the branch taken is baked in, and the graph then
+        # holds for these input shapes only (the runtime keys it on them).
+        v = self.shadow.get(obj.node, _UNKNOWN)
+        if isinstance(v, (bool, int, float)):
+            self.shape_specialized = True
+            return bool(v)
         raise fx.proxy.TraceError(
-            "Python control flow on a tensor value (if/while/and/or/bool() of a tensor); move "
-            "this code into a submodule, which the pipeline then runs whole")
+            "Python control flow on a tensor's values (if/while/and/or/bool() of a tensor, not of its "
+            "shape); move this code into a submodule, which the pipeline then runs whole")
 
 
 def trace(root: torch.nn.Module, leaves: Iterable[str], call_args: Mapping[str, Any],
@@ -187,13 +258,20 @@ def trace(root: torch.nn.Module, leaves: Iterable[str], call_args: Mapping[str, 
         meta_state = {k: _meta(v) for k, v in list(root.named_parameters(remove_duplicate=False)) +
                       list(root.named_buffers(remove_duplicate=False))}
     concrete = {k: v for k, v in call_args.items() if is_concrete(v)}
-    tracer = _Tracer(root, leaves, call_args, meta_state)
-    try:
-        return tracer.trace(root, concrete_args=concrete)
-    except TraceFailure:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise TraceFailure("", e) from e
+    with _named_forward(root, call_args):
+        tracer = _Tracer(root, leaves, call_args, meta_state)
+        try:
+            g = tracer.trace(root, concrete_args=concrete)
+            g._shoal_shape_specialized = tracer.shape_specialized
+            out = next(n for n in reversed(g.nodes) if n.op == "output").args[0]
+            g._shoal_output_type = None
+            if isinstance(out, dict) and tracer.last_mapping and list(out) == tracer.last_mapping[1]:
+                g._shoal_output_type = tracer.last_mapping[0]
+            return g
+        except TraceFailure:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise TraceFailure("", e) from e
 
 
 def traceable(module: torch.nn.Module, children: Iterable[str], call_args: Mapping[str, Any]) -> Optional[str]:

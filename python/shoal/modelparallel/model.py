@@ -15,6 +15,7 @@ this partition's part, marked ``_smp_is_partial``.
 from __future__ import annotations
 
 import collections
+import inspect
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
@@ -89,7 +90,7 @@ class DistributedModel(torch.nn.Module):
             raise SMPValidationError(
                 "smp: the smp.DistributedModel can only be called inside an @smp.step function; for "
                 "inference outside the pipeline, load model.state_dict() into a plain copy of the module")
-        return s.step_ctx.model_call(args, kwargs)
+        return s.step_ctx.model_call(args, _without_cache(self.module, args, kwargs))
 
     def backward(self, tensors, grad_tensors=None) -> None:
         """Queues the backward pass of this microbatch (like torch.autograd.backward)."""
@@ -116,6 +117,8 @@ class DistributedModel(torch.nn.Module):
             self._partition(ctx)
         rt = self._smp.rt
         key, plan = rt.plan_for(ctx.calls[0])
+        if key[:2] in rt.shape_keyed:
+            _check_same_shapes(ctx, rt)
         backward = ctx.calls[0].grad_enabled
         sched = rt.schedule_for(key, plan, ctx.m, backward)
         # Gradient accumulation: the DP average runs on every
@@ -258,6 +261,32 @@ def _check_same_inputs(ctx, s) -> None:
             raise SMPValidationError(
                 f"smp: the ranks of this model replica were given different inputs (pp_rank 0 and pp_rank "
                 f"{p} disagree): every rank of a replica must load the same batch (shard data by dp_rank)")
+
+
+def _without_cache(module: torch.nn.Module, args: tuple, kwargs: dict) -> dict:
+    """A pipeline has no use for a key/value cache (Hugging Face models make
+    one by default, an object that would have to cross the stages): the call
+    gets use_cache=False unless it sets use_cache itself."""
+    try:
+        params = list(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):
+        return kwargs
+    if "use_cache" in params and "use_cache" not in kwargs and params.index("use_cache") >= len(args):
+        return {**kwargs, "use_cache": False}
+    return kwargs
+
+
+def _check_same_shapes(ctx, rt) -> None:
+    """A graph specific to input sizes serves the step only if every microbatch has them."""
+    first = [tuple(t.shape) for v in list(ctx.calls[0].args) + list(ctx.calls[0].kwargs.values())
+             for t in _tensors(v)]
+    for i, call in enumerate(ctx.calls[1:], 1):
+        got = [tuple(t.shape) for v in list(call.args) + list(call.kwargs.values()) for t in _tensors(v)]
+        if got != first:
+            raise SMPValidationError(
+                f"smp: the model's forward takes branches on input sizes (`if t == 1:` and the like), so its "
+                f"pipeline graph is specific to them, but microbatch {i} has shapes {got} and microbatch 0 "
+                f"{first}: make the batch divisible by the number of microbatches")
 
 
 def _tensors(v: Any) -> List[torch.Tensor]:

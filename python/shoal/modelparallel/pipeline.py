@@ -182,6 +182,9 @@ class Executor:
                 if seg.index == self.plan.output_seg:
                     out = map_arg(self.plan.output.args[0], lambda a: env[a] if a in env
                                   else self._rep_value(a, i))
+                    otype = getattr(self.plan.graph, "_shoal_output_type", None)
+                    if otype is not None:  # a ModelOutput or other mapping type, as the forward returned it
+                        out = otype(**out)
         if seg.index != self.plan.output_seg:   # (the output segment's event also covers the loss)
             timeline.record(f"F mb{i} s{seg.index}", "compute", t0, timeline.now())
         self._advance()

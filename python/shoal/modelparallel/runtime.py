@@ -35,6 +35,11 @@ from .grads import GradReducer
 from .state import _State
 
 
+def input_shapes(bound) -> tuple:
+    """The shapes of a call's tensor arguments (the key of a size-specific graph)."""
+    return tuple((k, tuple(v.shape)) for k, v in bound.items() if isinstance(v, torch.Tensor))
+
+
 def _flat_broadcast(tensors: List[torch.Tensor], src: int, group) -> None:
     by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
     for t in tensors:
@@ -71,6 +76,7 @@ class ModelRuntime:
         self.local_ids = seen
         self.forward_params = list(inspect.signature(self.root.forward).parameters)
         self.plans: Dict[Any, stages.Plan] = {}
+        self.shape_keyed: set = set()  # plan keys whose graphs took branches on input sizes
         self.schedules: Dict[Any, S.Schedule] = {}
         self.reducer: Optional[GradReducer] = None
         if s.dp_size > 1:
@@ -143,6 +149,9 @@ class ModelRuntime:
         bound = G.bind(self.root, call.args, call.kwargs)
         key = (tuple((k, "T") if not G.is_concrete(v) else (k, repr(v)) for k, v in bound.items()),
                tuple(m.training for m in self.root.modules()))
+        base = key
+        if base in self.shape_keyed:  # its graph took branches on sizes: one per input shape
+            key = base + (input_shapes(bound),)
         plan = self.plans.get(key)
         if plan is None:
             if self.pl.mode == "single":
@@ -153,7 +162,11 @@ class ModelRuntime:
                 except G.TraceFailure as e:
                     raise SMPTraceError(f"smp: {e}") from e.cause
                 plan = stages.build(g, self.pl, set(self.param_by_name))
-                plan.ph_name = {n: self.forward_params[i] for i, n in enumerate(plan.placeholders)}
+                names = list(bound)  # the traced forward's parameters (graph._named_forward)
+                plan.ph_name = {n: names[i] for i, n in enumerate(plan.placeholders)}
+                if getattr(g, "_shoal_shape_specialized", False) and base not in self.shape_keyed:
+                    self.shape_keyed.add(base)
+                    key = base + (input_shapes(bound),)
             self.plans[key] = plan
         return key, plan
 
