@@ -39,6 +39,13 @@ def llama():
         vocab_size=V, max_position_embeddings=64))
 
 
+def t5():
+    import transformers as T
+    return T.T5ForConditionalGeneration(T.T5Config(
+        num_layers=2, num_decoder_layers=2, d_model=32, d_kv=16, d_ff=64, num_heads=2, vocab_size=V,
+        dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0))   # encoder-decoder, three-way ties
+
+
 def train(name, make, cfg, steps=3, batch=4, t=8):
     """Loss through labels=, attention_mask, the ModelOutput's .loss, model.backward."""
     smp.init(cfg)
@@ -94,6 +101,7 @@ def main():
     c.run("GPT-2 (tied embeddings), interleaved", gpt2_tied)
     c.run("BERT (masked LM), simple", train, "bert", bert, {**base, "pipeline": "simple"})
     c.run("Llama-style, interleaved", train, "llama", llama, {**base, "pipeline": "interleaved"})
+    c.run("T5 (encoder-decoder), simple", train, "t5", t5, {**base, "pipeline": "simple"})
     return c.report()
 
 

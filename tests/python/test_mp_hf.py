@@ -1,5 +1,5 @@
 """Hugging Face models wrapped unchanged in smp.DistributedModel (mp_hf_worker.py):
-GPT-2 (tied embeddings), BERT and a Llama-style model from transformers, built
+GPT-2 (tied embeddings), BERT, a Llama-style model and T5 from transformers, built
 from configs with random weights, trained with the pipeline against plain
 training: 2 ranks (2 partitions) and 4 ranks (2 partitions x 2 replicas)."""
 
@@ -14,4 +14,4 @@ WORKER = HERE / "mp_hf_worker.py"
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_hugging_face_models_train_as_plain(world_size):
     passed = assert_all_passed(run_job("hf", world_size, args=["2"], worker=WORKER, timeout=300))
-    assert len(passed) == 3, passed
+    assert len(passed) == 4, passed

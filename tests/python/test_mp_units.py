@@ -407,3 +407,24 @@ def test_branches_on_sizes_are_taken_at_trace_time():
     plain = G.trace(M.Chain(depth=2), ["inp", "blocks.0", "blocks.1", "out"],
                     G.bind(M.Chain(depth=2), (torch.randn(2, 8),), {}))
     assert not plain._shoal_shape_specialized
+
+
+def test_in_place_glue_becomes_dataflow():
+    """`y[..., 1:] = ...` and `y.masked_fill_(...)` on a value nothing else uses
+    must still happen before it is read (T5 shifts its decoder inputs so)."""
+    class Shift(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+
+        def forward(self, ids):
+            shifted = ids.new_zeros(ids.shape)
+            shifted[..., 1:] = ids[..., :-1].clone()
+            shifted.masked_fill_(shifted == 3, 9)
+            return self.emb(shifted)
+    m = Shift()
+    ids = torch.tensor([[1, 3, 5, 7]])
+    g = G.trace(m, ["emb"], G.bind(m, (ids,), {}))
+    emb = next(n for n in g.nodes if n.op == "call_module")
+    assert emb.args[0].op == "call_method" and emb.args[0].target == "masked_fill_", emb.args
+    torch.testing.assert_close(torch.fx.GraphModule(m, g)(ids), m(ids))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import operator
 from typing import Any, Dict, Iterable, Mapping, Optional
 
 import torch
@@ -83,6 +84,50 @@ def bind(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> Dic
         elif kind != inspect.Parameter.VAR_POSITIONAL:
             out[name] = v
     return out
+
+
+def _assigned(t, key, value):
+    """`t[key] = value`, as a value: the graph node of an item assignment."""
+    t[key] = value
+    return t
+
+
+def _mutations_as_dataflow(g: fx.Graph) -> None:
+    """Glue code that changes a tensor in place (`x[..., 1:] = y`,
+    `x.masked_fill_(m, v)`) leaves its result unused in the graph, while the
+    code after it reads the changed tensor through the original node: the
+    pipeline, which runs glue where its result is needed, would skip the
+    change. Rewire each later reader to the changing node instead, so the
+    change is a value the pipeline must compute first."""
+    order = {n: i for i, n in enumerate(g.nodes)}
+    for m in list(g.nodes):
+        if m.op == "call_function" and m.target is operator.setitem:
+            m.target = _assigned
+        elif not (m.op == "call_method" and m.target.endswith("_") and not m.target.startswith("_")):
+            continue
+        changed = m.args[0] if m.args else None
+        if not isinstance(changed, fx.Node):
+            continue
+        for u in list(changed.users):
+            if u is not m and order[u] > order[m]:
+                u.replace_input_with(changed, m)
+
+
+@contextlib.contextmanager
+def _item_assignment():
+    """While tracing: `x[..., 1:] = y` on a traced tensor is recorded (an
+    in-place operator.setitem node), as T5's shift of the decoder inputs does."""
+    had = "__setitem__" in vars(fx.Proxy)
+
+    def setitem(self, key, value):
+        return self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+    if not had:
+        fx.Proxy.__setitem__ = setitem
+    try:
+        yield
+    finally:
+        if not had:
+            del fx.Proxy.__setitem__
 
 
 @contextlib.contextmanager
@@ -258,10 +303,11 @@ def trace(root: torch.nn.Module, leaves: Iterable[str], call_args: Mapping[str, 
         meta_state = {k: _meta(v) for k, v in list(root.named_parameters(remove_duplicate=False)) +
                       list(root.named_buffers(remove_duplicate=False))}
     concrete = {k: v for k, v in call_args.items() if is_concrete(v)}
-    with _named_forward(root, call_args):
+    with _named_forward(root, call_args), _item_assignment():
         tracer = _Tracer(root, leaves, call_args, meta_state)
         try:
             g = tracer.trace(root, concrete_args=concrete)
+            _mutations_as_dataflow(g)
             g._shoal_shape_specialized = tracer.shape_specialized
             out = next(n for n in reversed(g.nodes) if n.op == "output").args[0]
             g._shoal_output_type = None

@@ -287,7 +287,8 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
         except G.TraceFailure as e:
             if not e.module or e.module in keep_whole:
                 raise SMPTraceError(f"smp: {e}; the pipeline needs the forward of the wrapped module to be "
-                                    f"traceable (no Python control flow on tensor values)") from e.cause
+                                    f"traceable (docs/modelparallel.md, \"What the model's forward may do\")"
+                                    ) from e.cause
             keep_whole.add(e.module)
             continue
         pl = Placement(partitions, "auto", units, unit_part)
