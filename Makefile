@@ -42,7 +42,7 @@ test-launcher: build
 	$(call scratch,launcher) .venv/bin/python -m pytest -q tests/launcher
 
 test-python: build
-	$(call scratch,python) .venv/bin/python -m pytest -q tests/python
+	$(call scratch,python) .venv/bin/python -m pytest -q tests/python tests/gpu
 
 test-cpp: build
 	$(call scratch,cpp) cd $(BUILD) && ctest --output-on-failure -j 1
