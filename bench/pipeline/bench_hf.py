@@ -7,8 +7,9 @@ Trains GPT2LMHeadModel (built from a config, random weights, tied embeddings,
 automatic partition) for --steps steps after --warmup, and reports samples/s:
 one plain process with 1 thread and with --np threads, then --np ranks of
 smp (--np partitions, --microbatches microbatches, 1 thread each, interleaved
-schedule). The speedups are against the one-thread process; the schedule's
-ideal is m / (m + p - 1) x p for p equal stages.
+schedule, --optimize speed by default: stages balanced by compute). The
+speedups are against the one-thread process; the schedule's ideal is
+m / (m + p - 1) x p for p equal stages.
 """
 
 import argparse
@@ -33,6 +34,8 @@ def args_():
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--optimize", default="speed", choices=("speed", "memory"),
+                   help="smp's optimize: speed balances the stages' compute (default), memory their memory")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--mode", default="", help=argparse.SUPPRESS)
@@ -75,7 +78,8 @@ def pipelined(a):
     sys.path.insert(0, str(ROOT / "python"))
     import shoal.modelparallel as smp
     torch.set_num_threads(1)
-    smp.init({"partitions": a.np, "microbatches": a.microbatches, "pipeline": "interleaved"})
+    smp.init({"partitions": a.np, "microbatches": a.microbatches, "pipeline": "interleaved",
+              "optimize": a.optimize})
     torch.manual_seed(0)
     m = smp.DistributedModel(model(a))
     opt = smp.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01))
@@ -121,7 +125,7 @@ def main():
     sps = next(json.loads(line[7:])["pipeline"] for line in out[0].splitlines() if line.startswith("RESULT "))
     p, m = a.np, a.microbatches
     print(f"GPT-2 ({a.layers} layers, width {a.width}, vocab {a.vocab}, seq {a.seq}, batch {a.batch}), "
-          f"{p} partitions x {m} microbatches, interleaved:")
+          f"{p} partitions x {m} microbatches, interleaved, optimize={a.optimize}:")
     print(f"  one process, 1 thread : {one:7.2f} samples/s")
     print(f"  one process, {p} threads: {many:7.2f} samples/s  ({many / one:.2f}x)")
     print(f"  pipeline, {p} ranks     : {sps:7.2f} samples/s  ({sps / one:.2f}x; the schedule's ideal "
