@@ -428,3 +428,34 @@ def test_in_place_glue_becomes_dataflow():
     emb = next(n for n in g.nodes if n.op == "call_module")
     assert emb.args[0].op == "call_method" and emb.args[0].target == "masked_fill_", emb.args
     torch.testing.assert_close(torch.fx.GraphModule(m, g)(ids), m(ids))
+
+
+def test_memory_weight_moves_the_split_of_real_models():
+    """GPT-2 and BERT from transformers: memory_weight 0 (time) and 1 (memory) give different
+    splits. Times are made deterministic (every module's measured time replaced by one
+    microsecond per transformer block it holds, at least one), so the test shows the
+    weighting, not the machine's noise."""
+    T = pytest.importorskip("transformers")
+    from transformers.utils import logging
+    logging.set_verbosity_error()
+    x = torch.randint(0, 100, (2, 16))
+    models = [
+        (T.GPT2LMHeadModel(T.GPT2Config(n_layer=6, n_embd=64, n_head=2, vocab_size=8000, n_positions=32,
+                                        bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)),
+         dict(input_ids=x, labels=x, use_cache=False)),
+        (T.BertForMaskedLM(T.BertConfig(num_hidden_layers=6, hidden_size=64, num_attention_heads=2,
+                                        intermediate_size=128, vocab_size=8000, max_position_embeddings=32)),
+         dict(input_ids=x, labels=x, attention_mask=torch.ones_like(x))),
+    ]
+    for m, kw in models:
+        costs = tracing.measure(m, (), kw)
+        for name, c in costs.items():
+            mod = m.get_submodule(name) if name else m
+            blocks = sum(1 for sub in mod.modules() if type(sub).__name__ in ("GPT2Block", "BertLayer"))
+            c.time_s = 1e-6 * max(1, blocks)
+        splits = []
+        for w in (0.0, 1.0):
+            pl, _ = P.auto_placement(m, costs, 2, w, G.bind(m, (), kw))
+            splits.append(tuple(pl.unit_part[u] for u in pl.units) + tuple(pl.units))
+            assert "stage" in P.describe(m, pl, 2)
+        assert splits[0] != splits[1], f"{type(m).__name__}: memory_weight did not change the split"
