@@ -102,39 +102,34 @@ c10::intrusive_ptr<c10d::Work> Call::launch(std::vector<at::Tensor> outputs, Iss
     oo_.blocking = false;  // it runs on the core's threads, after the copies
   }
   auto work = make_work(std::move(outputs), ready);
+  // Hands the operations to the core; the error (the work failed with it) if it refused them.
+  auto run = [work, comm = comm_, oo = oo_, issue = std::move(issue), copied, be = &be_,
+              counted = collective_]() -> std::exception_ptr {
+    try {
+      if (copied) copied->synchronize();
+      std::vector<WorkPtr> works = issue(*comm, oo);
+      // Counted once the core took it (a refused call counts nothing), in
+      // issue order, so that ranks agree.
+      if (counted) work->set_seq(++be->seq_);
+      for (auto& w : works) ShoalWork::add(work, std::move(w));
+      ShoalWork::seal(work);
+      return nullptr;
+    } catch (...) {
+      ShoalWork::seal(work, std::current_exception());
+      return std::current_exception();
+    }
+  };
   if (!be_.uses_device_.load(std::memory_order_acquire)) {
     // A group that never had a device operation has nothing queued to keep
     // order with: straight to the core, on this thread.
-    std::vector<WorkPtr> works;
-    try {
-      works = issue(*comm_, oo_);
-    } catch (...) {
-      ShoalWork::seal(work, std::current_exception());
-      rethrow_refusal(std::current_exception());
-    }
-    if (collective_) work->set_seq(++be_.seq_);
-    for (auto& w : works) ShoalWork::add(work, std::move(w));
-    ShoalWork::seal(work);
+    if (auto err = run()) rethrow_refusal(err);
     return work;
   }
   std::exception_ptr refused;  // set only by an inline run, read below
-  auto* refused_at = &refused;
-  ShoalBackend* be = &be_;
   be_.issuer_->submit(
-      [work, comm = comm_, oo = oo_, issue = std::move(issue), copied, be, refused_at,
-       counted = collective_](bool now) {
-        try {
-          if (copied) copied->synchronize();
-          std::vector<WorkPtr> works = issue(*comm, oo);
-          // Counted once the core took it (a refused call counts nothing), in
-          // issue order, so that ranks agree.
-          if (counted) work->set_seq(++be->seq_);
-          for (auto& w : works) ShoalWork::add(work, std::move(w));
-          ShoalWork::seal(work);
-        } catch (...) {
-          if (now) *refused_at = std::current_exception();
-          ShoalWork::seal(work, std::current_exception());
-        }
+      [run = std::move(run), refused_at = &refused](bool now) {
+        std::exception_ptr err = run();
+        if (now) *refused_at = err;
       },
       /*may_run_inline=*/!device_);
   if (refused) rethrow_refusal(refused);
@@ -167,8 +162,7 @@ c10::intrusive_ptr<c10d::Work> Call::launch_pipelined_allreduce(const at::Tensor
       std::vector<at::Tensor> host(pieces);
       std::vector<std::unique_ptr<c10::Event>> down(pieces);
       int64_t next = 0;  // the next piece to copy down
-      be->seq_++;
-      work->set_seq(be->seq_);
+      work->set_seq(++be->seq_);
       for (int64_t k = 0; k < pieces; ++k) {
         while (next < pieces) {
           const at::Tensor src = piece(next);
