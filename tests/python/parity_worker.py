@@ -124,10 +124,13 @@ def main():
     c.run("DDP logs the backend's name", check_ddp_logs_the_backend)
     # Last: a timeout breaks the group it happens in (rank 1 stays out of it).
     c.run("a timeout says so as torch's tooling expects", check_timeout_phrase, quick)
+    # Rank 0 hosts the store: it leaves only once every rank has seen the end.
     if RANK == 0:
         store.set("parity-done", "1")
+        store.wait([f"parity-seen-{r}" for r in range(1, WS)])
     else:
         store.wait(["parity-done"])
+        store.set(f"parity-seen-{RANK}", "1")
     rc = c.report()
     sys.stdout.flush()
     os._exit(rc)
