@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """GPT-2 from transformers through the pipeline: throughput against one process.
 
-    .venv/bin/python bench/pipeline/bench_hf.py [--np 2] [--microbatches 4] [--layers 8] [--width 256]
+    .venv/bin/python bench/pipeline/bench_hf.py [--np 2] [--replicas 1] [--microbatches 4] [--layers 8]
+                                                [--width 256] [--breakdown]
 
 Trains GPT2LMHeadModel (built from a config, random weights, tied embeddings,
 automatic partition) for --steps steps after --warmup, and reports samples/s:
@@ -9,7 +10,14 @@ one plain process with 1 thread and with --np threads, then --np ranks of
 smp (--np partitions, --microbatches microbatches, 1 thread each, interleaved
 schedule, --optimize speed by default: stages balanced by compute). The
 speedups are against the one-thread process; the schedule's ideal is
-m / (m + p - 1) x p for p equal stages.
+m / (m + p - 1) x p for p equal stages. With --replicas R, R pipelines of
+--np partitions each (np x R ranks) train on batch / R samples each, their
+gradients averaged by smp's data parallelism.
+
+--breakdown records smp's timeline over the timed steps and prints, per rank,
+where a step's time goes: forward and backward compute, waits in receives,
+starting sends, the data-parallel allreduce, waiting for sends at the end, and
+the rest (the step function, microbatch splitting, the optimizer, scheduling).
 """
 
 import argparse
@@ -28,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def args_():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--np", type=int, default=2)
+    p.add_argument("--replicas", type=int, default=1, help="data-parallel replicas of the pipeline")
+    p.add_argument("--breakdown", action="store_true", help="per-rank time breakdown from smp's timeline")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--width", type=int, default=256)
@@ -79,7 +89,9 @@ def pipelined(a):
     import shoal.modelparallel as smp
     torch.set_num_threads(1)
     smp.init({"partitions": a.np, "microbatches": a.microbatches, "pipeline": "interleaved",
-              "optimize": a.optimize})
+              "optimize": a.optimize, "ddp": a.replicas > 1})
+    from shoal.modelparallel import timeline
+    per = a.batch // a.replicas
     torch.manual_seed(0)
     m = smp.DistributedModel(model(a))
     opt = smp.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01))
@@ -91,45 +103,78 @@ def pipelined(a):
         return out.loss
     times = []
     for i, x in enumerate(batches(a)):
+        if i == a.warmup and a.breakdown:
+            timeline.enable()
         t0 = time.perf_counter()
         opt.zero_grad()
-        step(m, x)
+        step(m, x[smp.dp_rank() * per:(smp.dp_rank() + 1) * per])
         opt.step()
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
     t = torch.tensor([statistics.median(times)])
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return a.batch / t.item()
+    parts = breakdown(timeline.events(), sum(times) / len(times)) if a.breakdown else None
+    if parts is not None:
+        parts = {"pp": smp.pp_rank(), "dp": smp.dp_rank(), **parts}
+    return a.batch / t.item(), parts
+
+
+CATEGORIES = (("forward", "F "), ("backward", "B "), ("recv wait", "recv "), ("send start", "send "),
+              ("dp allreduce", "allreduce"), ("wait sends", "wait sends"))
+
+
+def breakdown(events, mean_step):
+    """Mean milliseconds per step in each category (events of the timed steps)."""
+    steps = max(1, sum(1 for e in events if e[0] == "wait sends"))
+    out = {}
+    for label, prefix in CATEGORIES:
+        out[label] = 1e3 * sum(e[3] - e[2] for e in events if e[0].startswith(prefix)) / steps
+    out["rest"] = 1e3 * mean_step - sum(out.values())
+    out["step"] = 1e3 * mean_step
+    return out
 
 
 def main():
     a = args_()
     if a.mode == "rank":
-        sps = pipelined(a)
-        if int(os.environ["RANK"]) == 0:
-            print("RESULT " + json.dumps({"pipeline": sps}), flush=True)
+        sps, parts = pipelined(a)
+        print("RESULT " + json.dumps({"pipeline": sps, "parts": parts}), flush=True)
         return
+    if a.batch % (a.replicas * a.microbatches):
+        raise SystemExit(f"bench_hf: --batch {a.batch} does not divide into {a.replicas} replicas x "
+                         f"{a.microbatches} microbatches")
+    world = a.np * a.replicas
     one, many = plain(a, 1), plain(a, a.np)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
-    for r in range(a.np):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(a.np), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(a.np),
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--mode", "rank"], env=env,
                                       stdout=subprocess.PIPE, text=True))
     out = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit("bench_hf: a rank failed:\n" + "\n".join(out))
-    sps = next(json.loads(line[7:])["pipeline"] for line in out[0].splitlines() if line.startswith("RESULT "))
-    p, m = a.np, a.microbatches
+    res = [next(json.loads(line[7:]) for line in o.splitlines() if line.startswith("RESULT ")) for o in out]
+    sps = res[0]["pipeline"]
+    p, m, r = a.np, a.microbatches, a.replicas
     print(f"GPT-2 ({a.layers} layers, width {a.width}, vocab {a.vocab}, seq {a.seq}, batch {a.batch}), "
-          f"{p} partitions x {m} microbatches, interleaved, optimize={a.optimize}:")
+          f"{p} partitions x {m} microbatches x {r} replica(s), interleaved, optimize={a.optimize}:")
     print(f"  one process, 1 thread : {one:7.2f} samples/s")
     print(f"  one process, {p} threads: {many:7.2f} samples/s  ({many / one:.2f}x)")
-    print(f"  pipeline, {p} ranks     : {sps:7.2f} samples/s  ({sps / one:.2f}x; the schedule's ideal "
-          f"{m / (m + p - 1) * p:.2f}x)")
+    cores = os.cpu_count() or 1
+    ideal = m / (m + p - 1) * p * r
+    print(f"  pipeline, {world} ranks     : {sps:7.2f} samples/s  ({sps / one:.2f}x; the schedule's ideal "
+          f"{ideal:.2f}x" + (f", {cores} cores" if world > cores else "") + ")")
+    if a.breakdown:
+        cols = [k for k in res[0]["parts"] if k not in ("pp", "dp")]
+        print("  per step, ms (mean over the timed steps):")
+        print("    " + " " * 16 + "".join(f"{k:>13}" for k in cols))
+        for rank, x in enumerate(res):
+            q = x["parts"]
+            print(f"    rank {rank} (pp {q['pp']}, dp {q['dp']})" + "".join(f"{q[k]:13.1f}" for k in cols))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -31,6 +32,31 @@ def free_port():
 
 class JobError(AssertionError):
     pass
+
+
+class Checks:
+    """A worker's checks: run(name, fn, *args) records each outcome (and its
+    seconds); report() prints the RESULT line run_job reads."""
+
+    def __init__(self):
+        self.passed, self.failed, self.info = [], {}, {}
+        self.prefix = ""
+
+    def run(self, name, fn, *args):
+        name = self.prefix + name
+        t0 = time.perf_counter()
+        try:
+            fn(*args)
+            self.passed.append(name)
+        except Exception as e:  # noqa: BLE001
+            self.failed[name] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2500:]}"
+            print(f"FAILED {name}: {self.failed[name]}", flush=True)
+        self.info[name] = round(time.perf_counter() - t0, 2)
+
+    def report(self):
+        print("RESULT " + json.dumps({"rank": int(os.environ["RANK"]), "passed": self.passed,
+                                      "failed": self.failed, "info": self.info}), flush=True)
+        return 1 if self.failed else 0
 
 
 def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER):

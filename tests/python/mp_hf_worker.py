@@ -46,8 +46,9 @@ def t5():
         dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0))   # encoder-decoder, three-way ties
 
 
-def train(name, make, cfg, steps=3, batch=4, t=8):
-    """Loss through labels=, attention_mask, the ModelOutput's .loss, model.backward."""
+def train(name, make, cfg, steps=3, batch=4, t=8, place=None):
+    """Loss through labels=, attention_mask, the ModelOutput's .loss, model.backward.
+    place(model): manual placement (smp.set_partition) of the built model."""
     smp.init(cfg)
     dp, r = smp.dp_size(), smp.dp_rank()
     data = [torch.randint(0, V, (batch * dp, t), generator=torch.Generator().manual_seed(s)) for s in range(steps)]
@@ -55,6 +56,8 @@ def train(name, make, cfg, steps=3, batch=4, t=8):
     ref = make()
     torch.manual_seed(0)
     net = make()
+    if place is not None:
+        place(net)
     ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
     ref_losses = []
     for x in data:
@@ -80,9 +83,29 @@ def train(name, make, cfg, steps=3, batch=4, t=8):
         opt.zero_grad()
         losses.append(dp_mean(step(model, x[r * batch:(r + 1) * batch]).reduce_mean()))
         opt.step()
+    if place is not None:
+        pl = model._smp.rt.pl
+        assert pl.mode == "manual" and set(pl.unit_part.values()) == set(range(smp.pp_size())), pl.unit_part
     close(losses, ref_losses, f"{name}: losses")
     same_state(model.state_dict(), ref.state_dict(), f"{name}: parameters")
     return model
+
+
+def place_gpt2(m):
+    """The second half of the blocks and the final norm on partition 1; lm_head stays
+    with the embedding it is tied to (partition 0): the pipeline goes 0 -> 1 -> 0."""
+    h = m.transformer.h
+    for block in h[len(h) // 2:]:
+        smp.set_partition(block, 1)
+    smp.set_partition(m.transformer.ln_f, 1)
+
+
+def place_llama(m):
+    layers = m.model.layers
+    for layer in layers[len(layers) // 2:]:
+        smp.set_partition(layer, 1)
+    smp.set_partition(m.model.norm, 1)
+    smp.set_partition(m.lm_head, 1)
 
 
 def main():
@@ -107,6 +130,12 @@ def main():
             c.run(f"{label}, {pipe}", train, label, make, {**base, "pipeline": pipe})
     if both:
         c.run("GPT-2 (tied embeddings), simple", train, "gpt2", gpt2, {**base, "pipeline": "simple"})
+    manual = {**base, "auto_partition": False}
+    c.run("GPT-2, manual (set_partition), interleaved", train, "gpt2 manual", gpt2,
+          {**manual, "pipeline": "interleaved"}, 3, 4, 8, place_gpt2)
+    if both:
+        c.run("Llama-style, manual (set_partition), simple", train, "llama manual", llama,
+              {**manual, "pipeline": "simple"}, 3, 4, 8, place_llama)
     return c.report()
 
 

@@ -6,11 +6,9 @@ that reference itself), and compares losses and parameters. Checks record
 failures and go on; each prints its outcome in the RESULT line.
 """
 
-import json
 import os
 import sys
 import time
-import traceback
 import warnings
 
 import torch
@@ -37,26 +35,7 @@ def suite(name):
     return reg
 
 
-class Checks:
-    def __init__(self):
-        self.passed, self.failed, self.info = [], {}, {}
-        self.prefix = ""
-
-    def run(self, name, fn, *args):
-        name = self.prefix + name
-        t0 = time.perf_counter()
-        try:
-            fn(*args)
-            self.passed.append(name)
-        except Exception as e:  # noqa: BLE001
-            self.failed[name] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2500:]}"
-            print(f"FAILED {name}: {self.failed[name]}", flush=True)
-        self.info[name] = round(time.perf_counter() - t0, 2)
-
-    def report(self):
-        print("RESULT " + json.dumps({"rank": RANK, "passed": self.passed, "failed": self.failed,
-                                      "info": self.info}), flush=True)
-        return 1 if self.failed else 0
+from harness import Checks  # noqa: E402
 
 
 def close(got, want, what, rtol=1e-4, atol=1e-5):

@@ -232,6 +232,40 @@ def test_smp_partition_tags_modules_created_inside():
     assert pl.unit_part == {"inp": 0, "blocks.0": 0, "blocks.1": 0, "blocks.2": 1, "blocks.3": 1, "out": 1}
 
 
+def test_set_partition_places_a_built_model():
+    """set_partition on a model built elsewhere: a subtree inherits its ancestor's
+    placement unless placed itself; a module's own set_partition beats the context
+    it was created in; tied weights split across partitions are refused naming both."""
+    with smp.partition(1):
+        inner = nn.Linear(2, 2)                      # created in a context, later overridden
+    net = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), inner, nn.Linear(2, 2))
+    smp.set_partition(net[1], 1)
+    smp.set_partition(net[1][1], 0)
+    smp.set_partition(net[2], 0)
+    pl = P.manual_placement(net, 2, 0)
+    assert pl.module_part["1"] == pl.module_part["1.0"] == 1
+    assert pl.module_part["1.1"] == pl.module_part["2"] == pl.module_part["3"] == pl.module_part["0"] == 0
+    assert pl.units == ["0", "1.0", "1.1", "2", "3"]
+    with pytest.raises(smp.SMPValidationError, match="index must be an integer"):
+        smp.set_partition(net[0], -1)
+    with pytest.raises(smp.SMPValidationError, match="torch.nn.Module"):
+        smp.set_partition("net", 0)
+    smp.set_partition(net[3], 5)
+    with pytest.raises(smp.SMPValidationError, match=r"module '3' was placed by smp.set_partition\(\.\.\., 5\)"):
+        P.manual_placement(net, 2, 0)
+    T = pytest.importorskip("transformers")
+    from transformers.utils import logging
+    logging.set_verbosity_error()
+    gpt = T.GPT2LMHeadModel(T.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=16,
+                                         bos_token_id=0, eos_token_id=0))
+    smp.set_partition(gpt.transformer.h[1], 1)
+    smp.set_partition(gpt.lm_head, 1)                # tied to transformer.wte, which stays on 0
+    pl = P.manual_placement(gpt, 2, 0)
+    with pytest.raises(smp.SMPValidationError, match=r"'transformer.wte.weight' \(partition 0\) and "
+                                                     r"'lm_head.weight' \(partition 1\) are one parameter"):
+        P.assign_owners(gpt, pl, None, 0)
+
+
 # ----------------------------------------------------------------- graph and segments
 
 def test_gpt_graph_segments():

@@ -9,11 +9,9 @@ does not leave the ranks out of step.
 """
 
 import datetime
-import json
 import os
 import sys
 import tempfile
-import traceback
 import warnings
 import zlib
 
@@ -35,22 +33,7 @@ def suite(name):
     return reg
 
 
-class Checks:
-    def __init__(self):
-        self.passed, self.failed = [], {}
-
-    def run(self, name, fn, *args):
-        try:
-            fn(*args)
-            self.passed.append(name)
-        except Exception as e:  # noqa: BLE001
-            self.failed[name] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
-            print(f"FAILED {name}: {self.failed[name]}", flush=True)
-
-    def report(self):
-        print("RESULT " + json.dumps({"rank": RANK, "passed": self.passed, "failed": self.failed}),
-              flush=True)
-        return 1 if self.failed else 0
+from harness import Checks  # noqa: E402
 
 
 # ----------------------------------------------------------------- inputs

@@ -37,7 +37,7 @@ from .errors import (SMPConfigError, SMPError, SMPRemoteError, SMPTraceError, SM
                      SMPValidationError)
 from .model import DistributedModel
 from .optimizer import DistributedOptimizer
-from .placement import partition
+from .placement import partition, set_partition
 from .state import init, shutdown
 from .steps import StepOutput, step
 from .tracing import is_tracing
@@ -47,7 +47,7 @@ __all__ = [
     "rank", "size", "local_rank", "local_size", "pp_rank", "pp_size", "mp_rank", "mp_size", "dp_rank",
     "dp_size", "rdp_rank", "rdp_size", "tp_rank", "tp_size", "get_mp_group", "get_pp_group", "get_dp_group",
     "get_mp_process_group", "get_pp_process_group", "get_dp_process_group", "get_world_process_group",
-    "DistributedModel", "DistributedOptimizer", "partition", "step", "StepOutput",
+    "DistributedModel", "DistributedOptimizer", "partition", "set_partition", "step", "StepOutput",
     "CommGroup", "RankType", "WORLD", "MP_GROUP", "PP_GROUP", "DP_GROUP",
     "broadcast", "send", "recv_from", "allgather", "barrier", "mp_barrier", "pp_barrier", "dp_barrier",
     "save", "load", "save_checkpoint", "resume_from_checkpoint", "clip_grad_norm_", "amp", "timeline",

@@ -23,10 +23,12 @@ Automatic (``auto_partition``, the default), on rank 0 at the first step:
 5. trace the whole forward with these units; if a module above them cannot be
    traced, keep it whole and start again.
 
-Manual (``auto_partition: false``): a module goes to the partition of the
-``smp.partition(i)`` context it was *created* in (innermost wins), else to
-``default_partition``. The units are the largest subtrees that live on one
-partition.
+Manual (``auto_partition: false``): a module goes to the partition given to it
+by ``smp.set_partition(module, i)``, else to that of the ``smp.partition(i)``
+context it was *created* in (innermost wins), else to the partition its nearest
+ancestor was given by ``set_partition`` (the way to place a model someone else
+built, e.g. a Hugging Face model's blocks), else to ``default_partition``. The
+units are the largest subtrees that live on one partition.
 
 A parameter read directly by glue code (for example a position embedding that
 is an ``nn.Parameter`` of the wrapped module) belongs, in manual mode, to the
@@ -66,11 +68,7 @@ def _tagging_init(self, *args, **kwargs):
 def partition(index: int):
     """Places every module *created* inside the context on partition `index`
     (the innermost context wins); ignored when auto_partition is on."""
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise SMPValidationError(f"smp.partition: index must be an integer >= 0, got {index!r}")
-    if _LIMIT[0] is not None and index >= _LIMIT[0]:
-        raise SMPValidationError(f"smp.partition({index}): there are only {_LIMIT[0]} partitions "
-                                 f"(0..{_LIMIT[0] - 1})")
+    _check_index(f"smp.partition({index!r})", index)
     if not _STACK:
         _ORIG_INIT.append(torch.nn.Module.__init__)
         torch.nn.Module.__init__ = _tagging_init
@@ -81,6 +79,23 @@ def partition(index: int):
         _STACK.pop()
         if not _STACK:
             torch.nn.Module.__init__ = _ORIG_INIT.pop()
+
+
+def _check_index(where: str, index) -> None:
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise SMPValidationError(f"{where}: index must be an integer >= 0, got {index!r}")
+    if _LIMIT[0] is not None and index >= _LIMIT[0]:
+        raise SMPValidationError(f"{where}: there are only {_LIMIT[0]} partitions (0..{_LIMIT[0] - 1})")
+
+
+def set_partition(module: torch.nn.Module, index: int) -> None:
+    """Places `module`, and every module below it that has no placement of its
+    own, on partition `index` (manual partitioning; ignored when auto_partition
+    is on). Call it before the model's first step."""
+    if not isinstance(module, torch.nn.Module):
+        raise SMPValidationError(f"smp.set_partition: module must be a torch.nn.Module, got {type(module).__name__}")
+    _check_index(f"smp.set_partition({type(module).__name__}, {index!r})", index)
+    object.__setattr__(module, "_smp_set_partition", index)
 
 
 def set_limit(partitions: Optional[int]) -> None:
@@ -300,12 +315,20 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
 def manual_placement(root: torch.nn.Module, partitions: int, default: int) -> Placement:
     """The placement from smp.partition contexts (see the module docstring)."""
     module_part: Dict[str, int] = {}
-    for name, m in root.named_modules(remove_duplicate=False):
-        p = getattr(m, "_smp_partition", default)
+
+    def tag(name: str, m: torch.nn.Module, inherited: Optional[int]) -> None:
+        given = getattr(m, "_smp_set_partition", None)
+        p = given if given is not None else getattr(m, "_smp_partition", inherited)
+        p = default if p is None else p
         if p >= partitions:
-            raise SMPValidationError(f"smp: module '{name or type(root).__name__}' was created in "
-                                     f"smp.partition({p}) but there are only {partitions} partitions")
+            how = f"smp.set_partition(..., {p})" if given is not None else f"smp.partition({p})"
+            raise SMPValidationError(f"smp: module '{name or type(root).__name__}' was placed by {how} "
+                                     f"but there are only {partitions} partitions")
         module_part[name] = p
+        below = given if given is not None else inherited
+        for cn, c in m.named_children():
+            tag(f"{name}.{cn}" if name else cn, c, below)
+    tag("", root, None)
 
     def parts_below(name: str, m: torch.nn.Module) -> set:
         pre = name + "." if name else ""
@@ -329,6 +352,7 @@ def assign_owners(root: torch.nn.Module, pl: Placement, g: Optional[fx.Graph], d
     """Fills pl.owner (every state_dict entry and parameter name -> partition) and pl.replicated."""
     owner: Dict[str, int] = {}
     by_id: Dict[int, int] = {}
+    first_name: Dict[int, str] = {}
     unit_of: Dict[str, str] = {}
     for u in pl.units:
         m = root.get_submodule(u) if u else root
@@ -338,9 +362,11 @@ def assign_owners(root: torch.nn.Module, pl: Placement, g: Optional[fx.Graph], d
             part = pl.unit_part[u]
             if id(p) in by_id and by_id[id(p)] != part:
                 raise SMPValidationError(
-                    f"smp: parameter '{q}' is shared by modules on partitions {by_id[id(p)]} and {part}; "
-                    f"modules that share parameters must be on the same partition")
-            by_id[id(p)] = part
+                    f"smp: '{first_name[id(p)]}' (partition {by_id[id(p)]}) and '{q}' (partition {part}) "
+                    f"are one parameter (tied weights); modules that share parameters must be on the "
+                    f"same partition")
+            by_id.setdefault(id(p), part)
+            first_name.setdefault(id(p), q)
             owner[q] = part
             unit_of[q] = u
         for n, _ in m.named_buffers(remove_duplicate=False):
