@@ -35,18 +35,18 @@ class JobError(AssertionError):
 
 
 class Checks:
-    """A worker's checks: run(name, fn, *args) records each outcome (and its
+    """A worker's checks: run(name, fn, *args, **kwargs) records each outcome (and its
     seconds); report() prints the RESULT line run_job reads."""
 
     def __init__(self):
         self.passed, self.failed, self.info = [], {}, {}
         self.prefix = ""
 
-    def run(self, name, fn, *args):
+    def run(self, name, fn, *args, **kwargs):
         name = self.prefix + name
         t0 = time.perf_counter()
         try:
-            fn(*args)
+            fn(*args, **kwargs)
             self.passed.append(name)
         except Exception as e:  # noqa: BLE001
             self.failed[name] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2500:]}"

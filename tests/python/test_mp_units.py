@@ -12,13 +12,13 @@ import torch.nn as nn
 
 import mp_models as M
 import shoal.modelparallel as smp
-from shoal.modelparallel import config as C
+from shoal.mpcommon import config as C
 from shoal.modelparallel import graph as G
 from shoal.modelparallel import placement as P
-from shoal.modelparallel import schedule as S
+from shoal.mpcommon import schedule as S
 from shoal.modelparallel import stages, tracing, transfer
 from shoal.modelparallel.steps import StepOutput, split_inputs, wrap_outputs
-from shoal.modelparallel.topology import Topology
+from shoal.mpcommon.topology import Topology
 
 # ----------------------------------------------------------------- config
 

@@ -32,8 +32,8 @@ from .comm import (DP_GROUP, MP_GROUP, PP_GROUP, WORLD, CommGroup, RankType, all
                    get_mp_process_group, get_pp_group, get_pp_process_group, get_world_process_group,
                    is_initialized, local_rank, local_size, mp_barrier, mp_rank, mp_size, pp_barrier, pp_rank,
                    pp_size, rank, rdp_rank, rdp_size, recv_from, send, size, tp_rank, tp_size)
-from .config import Config
-from .errors import (SMPConfigError, SMPError, SMPRemoteError, SMPTraceError, SMPUnsupportedError,
+from ..mpcommon.config import Config
+from ..mpcommon.errors import (SMPConfigError, SMPError, SMPRemoteError, SMPTraceError, SMPUnsupportedError,
                      SMPValidationError)
 from .model import DistributedModel
 from .optimizer import DistributedOptimizer

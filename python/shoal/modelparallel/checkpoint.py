@@ -40,7 +40,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from .errors import SMPValidationError
+from ..mpcommon.errors import SMPValidationError
 from .state import require
 
 

@@ -21,7 +21,7 @@ from typing import Any, List
 import torch.distributed as dist
 
 from . import transfer
-from .errors import SMPValidationError
+from ..mpcommon.errors import SMPValidationError
 from .state import require
 
 _USER_TAG = 11

@@ -31,7 +31,7 @@ from typing import Callable, List, Optional
 import torch
 import torch.distributed as dist
 
-from .errors import SMPRemoteError
+from ..mpcommon.errors import SMPRemoteError
 
 
 class FailureMonitor:

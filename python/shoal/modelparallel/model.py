@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import clip
-from .errors import SMPUnsupportedError, SMPValidationError
+from ..mpcommon.errors import SMPUnsupportedError, SMPValidationError
 from .pipeline import Executor
 from .runtime import ModelRuntime
 from .state import require

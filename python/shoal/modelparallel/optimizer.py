@@ -21,7 +21,7 @@ from typing import Any, Dict, List
 import torch
 import torch.distributed as dist
 
-from .errors import SMPUnsupportedError
+from ..mpcommon.errors import SMPUnsupportedError
 from .state import require
 
 

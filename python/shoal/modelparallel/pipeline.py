@@ -37,8 +37,8 @@ from torch.fx.node import map_arg
 from . import graph as G
 from . import timeline
 from . import transfer
-from .errors import SMPValidationError
-from .schedule import Schedule
+from ..mpcommon.errors import SMPValidationError
+from ..mpcommon.schedule import Schedule
 from .stages import Plan, Segment
 
 _RESULTS_TAG = 1 << 28          # transfer tags use 4t..4t+2, and c10d tags are 32-bit ints

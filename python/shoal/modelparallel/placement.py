@@ -48,7 +48,8 @@ import torch
 import torch.fx as fx
 
 from . import graph as G
-from .errors import SMPTraceError, SMPValidationError
+from ..mpcommon.errors import SMPTraceError, SMPValidationError
+from ..mpcommon.split import split_contiguous
 from .tracing import ModuleCost, param_bytes
 
 # ----------------------------------------------------------------- smp.partition
@@ -117,35 +118,6 @@ class Placement:
 
     def local_names(self, pp_rank: int) -> List[str]:
         return [n for n, p in self.owner.items() if p == pp_rank]
-
-
-def split_contiguous(costs: Sequence[float], parts: int) -> List[int]:
-    """The stage of each item: `parts` contiguous non-empty groups minimising the
-    largest group sum (ties broken towards earlier cuts)."""
-    n = len(costs)
-    if n < parts:
-        raise ValueError(f"{n} items cannot fill {parts} groups")
-    pre = [0.0]
-    for c in costs:
-        pre.append(pre[-1] + c)
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(parts + 1)]
-    cut = [[0] * (n + 1) for _ in range(parts + 1)]
-    best[0][0] = 0.0
-    for k in range(1, parts + 1):
-        for i in range(k, n - (parts - k) + 1):
-            for j in range(k - 1, i):
-                v = max(best[k - 1][j], pre[i] - pre[j])
-                if v < best[k][i] - 1e-15:
-                    best[k][i], cut[k][i] = v, j
-    stage = [0] * n
-    i = n
-    for k in range(parts, 0, -1):
-        j = cut[k][i]
-        for x in range(j, i):
-            stage[x] = k - 1
-        i = j
-    return stage
 
 
 def _merge_ties(groups: List[List[int]]) -> List[List[int]]:

@@ -27,10 +27,10 @@ import torch.distributed as dist
 
 from . import graph as G
 from . import placement as P
-from . import schedule as S
+from ..mpcommon import schedule as S
 from . import stages
 from . import tracing
-from .errors import SMPTraceError
+from ..mpcommon.errors import SMPTraceError
 from .grads import GradReducer
 from .state import _State
 

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional
 import torch.fx as fx
 from torch.fx.node import map_arg
 
-from .errors import SMPTraceError
+from ..mpcommon.errors import SMPTraceError
 from .placement import Placement
 
 _PRODUCER_SIDE = (operator.getitem, getattr)

@@ -25,11 +25,11 @@ from typing import Any, List, Optional
 
 import torch.distributed as dist
 
-from . import config as C
-from .errors import SMPValidationError
+from ..mpcommon import config as C
+from ..mpcommon.errors import SMPValidationError
 from .failure import FailureMonitor
 from .placement import set_limit
-from .topology import Topology
+from ..mpcommon.topology import Topology
 
 
 class _State:

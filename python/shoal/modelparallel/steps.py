@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from .errors import SMPValidationError
+from ..mpcommon.errors import SMPValidationError
 from .state import require
 
 

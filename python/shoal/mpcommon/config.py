@@ -34,6 +34,7 @@ class Config:
     optimize: str = "memory"
     placement_strategy: str = "cluster"
     ddp: bool = False
+    horovod: bool = False                 # TensorFlow: data parallelism through the Horovod-style API
     source: str = "defaults"              # where the config came from (for messages)
 
     @property
@@ -116,9 +117,17 @@ def placement_order(strategy: str) -> str:
         f"'DP' or 'DPT', got {strategy!r}")
 
 
+# Keys only the TensorFlow front end takes (framework="tensorflow").
+_TENSORFLOW = {"horovod": bool}
+_TENSORFLOW_OFF = {"xla": (False, "XLA compilation of the pipeline")}
+
+
 def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mapping[str, str]] = None,
-          world_size: Optional[int] = None) -> Config:
-    """Builds a validated Config (see the module docstring for the sources)."""
+          world_size: Optional[int] = None, framework: str = "torch") -> Config:
+    """Builds a validated Config (see the module docstring for the sources).
+    `framework` ("torch" or "tensorflow") selects the keys only one front end
+    has: TensorFlow takes ``horovod`` (and ``xla: false``)."""
+    tf_keys = framework == "tensorflow"
     env = os.environ if environ is None else environ
     source = "smp.init(config)"
     if config is None:
@@ -140,8 +149,12 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
     for key, v in config.items():
         if not isinstance(key, str):
             raise SMPConfigError(f"smp config ({source}): keys must be strings, got {key!r}")
-        if key in _UNSUPPORTED:
-            off, what = _UNSUPPORTED[key]
+        if tf_keys and key in _TENSORFLOW:
+            cfg[key] = _bool(key, v)
+            continue
+        unsupported = {**_UNSUPPORTED, **_TENSORFLOW_OFF} if tf_keys else _UNSUPPORTED
+        if key in unsupported:
+            off, what = unsupported[key]
             if v != off or type(v) is not type(off):
                 raise SMPUnsupportedError(
                     f"smp config ({source}): '{key}': {v!r} is not supported by shoal: {what} is not "
@@ -185,17 +198,19 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
         raise SMPConfigError(f"smp config ({source}): 'placement_strategy' must be a string, got {placement!r}")
     placement_order(placement)
     ddp = _bool("ddp", cfg.get("ddp", False))
+    horovod = cfg.get("horovod", False)
 
     if world_size is not None:
         if world_size % p:
             raise SMPConfigError(
                 f"smp config ({source}): 'partitions' is {p}, which does not divide the world size "
                 f"{world_size} (the data-parallel degree is world size / partitions)")
-        if world_size // p > 1 and not ddp:
+        if world_size // p > 1 and not (ddp or horovod):
+            need = "'ddp': true or 'horovod': true" if tf_keys else "'ddp': true"
             raise SMPConfigError(
                 f"smp config ({source}): {world_size} ranks and {p} partitions make "
-                f"{world_size // p} model replicas, which needs 'ddp': true (hybrid model and data "
+                f"{world_size // p} model replicas, which needs {need} (hybrid model and data "
                 f"parallelism); or set 'partitions' to {world_size}")
     return Config(partitions=p, microbatches=m, pipeline=pipeline, active_microbatches=active,
                   auto_partition=auto, default_partition=default_partition, memory_weight=float(mw),
-                  optimize=optimize, placement_strategy=placement, ddp=ddp, source=source)
+                  optimize=optimize, placement_strategy=placement, ddp=ddp, horovod=horovod, source=source)
