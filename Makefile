@@ -1,5 +1,5 @@
 # shoal — the two commands: `make demo` and `make test` (each sets itself up).
-.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-netbed test-package test-asan test-fuzz demo demo-perf bench clean
+.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-tensorflow test-netbed test-package test-asan test-fuzz demo demo-perf bench clean
 
 BUILD      ?= build
 # One clang AddressSanitizer tree serves the ASan test run and the fuzzers.
@@ -27,7 +27,7 @@ build: setup-python
 
 $(SAN_BUILD)/build.ninja: | setup
 	CC=clang CXX=clang++ cmake -S . -B $(SAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=address \
-	  -DSHOAL_BUILD_FUZZERS=ON -DSHOAL_BUILD_BENCH=OFF > $(SAN_BUILD).configure.log 2>&1 || \
+	  -DSHOAL_BUILD_FUZZERS=ON -DSHOAL_BUILD_BENCH=OFF -DSHOAL_BUILD_TENSORFLOW=OFF > $(SAN_BUILD).configure.log 2>&1 || \
 	  { cat $(SAN_BUILD).configure.log; exit 1; }
 
 build-asan: setup $(SAN_BUILD)/build.ninja
@@ -43,6 +43,10 @@ test-launcher: build
 
 test-python: build
 	$(call scratch,python) .venv/bin/python -m pytest -q tests/python tests/gpu
+
+# TensorFlow 2: the ops and both APIs (about a minute and a half on 2 cores).
+test-tensorflow: build
+	$(call scratch,tensorflow) .venv/bin/python -m pytest -q tests/tensorflow
 
 test-cpp: build
 	$(call scratch,cpp) cd $(BUILD) && ctest --output-on-failure -j 1
@@ -67,7 +71,7 @@ test-package: build
 test-asan: build-asan
 	$(call scratch,asan) cd $(SAN_BUILD) && SHOAL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1 -E '^(shm_copy|tcp)\.'
 
-test: test-cpp test-launcher test-python test-netbed test-package test-asan test-fuzz
+test: test-cpp test-launcher test-python test-tensorflow test-netbed test-package test-asan test-fuzz
 
 # The fuzzers (tests/fuzz, libFuzzer + AddressSanitizer, clang): each runs for
 # FUZZ_SECONDS on a scratch copy of its committed seed corpus; a crash, leak or

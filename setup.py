@@ -90,7 +90,8 @@ class CMakeBuild(build_ext):
         tree = Path(given).resolve() if given else self.own_tree()
         if not given:
             self.configure(tree, env)
-        self.spawn_env(["cmake", "--build", str(tree), "--target", *TARGETS], env)
+        targets = TARGETS + (["shoal_tf"] if cache_value(tree, "SHOAL_TF_BUILT") == "ON" else [])
+        self.spawn_env(["cmake", "--build", str(tree), "--target", *targets], env)
         if given and cache_value(tree, "SHOAL_TORCH_BUILT_WITH") != torch_cmake_prefix:
             sys.exit(f"shoal: SHOAL_CMAKE_BUILD_DIR={tree} is not built against this environment's torch "
                      f"({torch_cmake_prefix}); its CMakeCache.txt says "
@@ -137,6 +138,9 @@ setup(
     distclass=BinaryDistribution,
     cmdclass={"build_ext": CMakeBuild},
     install_requires=torch_requirement(),
+    # The TensorFlow ops are built when tensorflow is importable at build time
+    # (install it first; docs/tensorflow.md).
+    extras_require={"tensorflow": ["tensorflow-cpu>=2.16"]},
     # setuptools' own folders stay out of the CMake tree's build/lib.
     options={"build": {"build_base": "build/pip"}},
 )

@@ -17,8 +17,13 @@ TORCH_VERSION=2.13.0
 # the same pip call as the pinned torch, so they never pull another one.
 TRANSFORMERS_VERSION=5.23.0
 ACCELERATE_VERSION=1.15.0
+# tensorflow-cpu: the TensorFlow front end (python/shoal/tensorflow) and its
+# tests (tests/tensorflow); `make build` builds the ops against it. It adds
+# about 600 MB to .venv and does not touch torch's pins (it brings keras 3).
+TENSORFLOW_VERSION=2.21.0
 PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn expecttest
-             "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}")
+             "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}"
+             "tensorflow-cpu==${TENSORFLOW_VERSION}")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -54,7 +59,8 @@ if [[ "${1:-}" == "--python" ]]; then
   for m in numpy matplotlib pytest sklearn expecttest; do
     .venv/bin/python -c "import $m" 2>/dev/null || need_install=1
   done
-  for pin in "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}"; do
+  for pin in "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}" \
+             "tensorflow-cpu==${TENSORFLOW_VERSION}"; do
     .venv/bin/python -c "import importlib.metadata as m, sys; n, v = sys.argv[1].split('=='); sys.exit(m.version(n) != v)" \
       "$pin" 2>/dev/null || need_install=1
   done

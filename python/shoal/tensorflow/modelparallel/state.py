@@ -1,0 +1,235 @@
+"""``smp.init`` for TensorFlow: the configuration (shared with the PyTorch
+side: shoal.mpcommon.config, with the TensorFlow keys), the rank layout, the
+groups, rank queries and the SageMaker helpers that move Python objects.
+
+Groups (shoal.tensorflow groups, sharing the world's connections): the
+pipeline group of this rank's model replica (activations, gradients, model
+outputs), the data-parallel group of the ranks holding this rank's partition
+(gradient averaging; with ``horovod`` or ``ddp`` it is also the default group
+of ``smdistributed.dataparallel.tensorflow``, as Horovod is under the
+SageMaker library), and two groups for the helpers below, so user messages
+never meet the pipeline's.
+"""
+
+from __future__ import annotations
+
+import enum
+import pickle
+from typing import Any, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from ... import mpcommon  # noqa: F401
+from ...mpcommon import config as C
+from ...mpcommon.errors import SMPValidationError
+from ...mpcommon.topology import Topology
+from .. import ops
+
+
+class _State:
+    def __init__(self):
+        self.initialized = False
+        self.cfg: Optional[C.Config] = None
+        self.rank = self.size = self.pp_rank = self.dp_rank = 0
+        self.topo: Optional[Topology] = None
+        self.pipe = self.dp = self.user_world = self.user_mp = self.user_dp = None
+        self.model = None
+
+    @property
+    def pp_size(self) -> int:
+        return self.cfg.partitions
+
+    @property
+    def dp_size(self) -> int:
+        return self.size // self.cfg.partitions
+
+    def who(self) -> str:
+        return f"rank {self.rank} (pp_rank {self.pp_rank}, dp_rank {self.dp_rank})"
+
+
+STATE = _State()
+
+
+def require() -> _State:
+    if not STATE.initialized:
+        raise SMPValidationError("smp: call smp.init() first")
+    return STATE
+
+
+def init(config=None) -> None:
+    """Joins the job (shoal.tensorflow.init) and sets the library up from
+    `config` (else SHOAL_MP_CONFIG, else SM_HP_MP_PARAMETERS, else defaults)."""
+    ops.init()
+    cfg = C.parse(config, world_size=ops.size(), framework="tensorflow")
+    s = STATE
+    s.cfg, s.rank, s.size = cfg, ops.rank(), ops.size()
+    s.topo = Topology(s.size, cfg.partitions, C.placement_order(cfg.placement_strategy))
+    s.pp_rank, s.dp_rank = s.topo.pp_rank(s.rank), s.topo.dp_rank(s.rank)
+    s.mp_ranks, s.dp_ranks = s.topo.mp_group(s.rank), s.topo.dp_group(s.rank)
+    # every rank makes its own groups, in one order on all ranks
+    s.pipe = ops.new_group(s.mp_ranks)
+    s.user_mp = ops.new_group(s.mp_ranks)
+    s.dp = ops.new_group(s.dp_ranks)
+    s.user_dp = ops.new_group(s.dp_ranks)
+    s.user_world = ops.new_group(list(range(s.size)))
+    ops.set_default_group(s.dp if (cfg.horovod or cfg.ddp) and s.dp_size > 1 else None)
+    s.model = None
+    s.initialized = True
+
+
+def shutdown() -> None:
+    STATE.initialized = False
+    ops.set_default_group(None)
+
+
+# ----------------------------------------------------------------- ranks
+
+def rank() -> int:
+    return require().rank
+
+
+def size() -> int:
+    return require().size
+
+
+def local_rank() -> int:
+    require()
+    return ops.local_rank()
+
+
+def local_size() -> int:
+    require()
+    return ops.local_size()
+
+
+def pp_rank() -> int:
+    return require().pp_rank
+
+
+def pp_size() -> int:
+    return require().pp_size
+
+
+mp_rank, mp_size = pp_rank, pp_size
+
+
+def dp_rank() -> int:
+    return require().dp_rank
+
+
+def dp_size() -> int:
+    return require().dp_size
+
+
+rdp_rank, rdp_size = dp_rank, dp_size
+
+
+def tp_rank() -> int:
+    require()
+    return 0
+
+
+def tp_size() -> int:
+    require()
+    return 1
+
+
+def get_mp_group() -> List[int]:
+    return list(require().mp_ranks)
+
+
+get_pp_group = get_mp_group
+
+
+def get_dp_group() -> List[int]:
+    return list(require().dp_ranks)
+
+
+def num_microbatches() -> int:
+    return require().cfg.microbatches
+
+
+# ----------------------------------------------------------------- Python objects
+
+class CommGroup(enum.Enum):
+    WORLD = 0
+    MP_GROUP = 1
+    PP_GROUP = 1
+    DP_GROUP = 2
+
+
+class RankType(enum.Enum):
+    WORLD_RANK = 0
+    MP_RANK = 1
+    PP_RANK = 1
+    DP_RANK = 2
+
+
+WORLD, MP_GROUP, PP_GROUP, DP_GROUP = CommGroup.WORLD, CommGroup.MP_GROUP, CommGroup.PP_GROUP, CommGroup.DP_GROUP
+_TAG = 3
+
+
+def _group(g) -> ops.Group:
+    s = require()
+    key = g.value if isinstance(g, (CommGroup, RankType)) else g
+    return {0: s.user_world, 1: s.user_mp, 2: s.user_dp}[key]
+
+
+def _pack(obj: Any) -> tf.Tensor:
+    return tf.constant(np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8))
+
+
+def _unpack(t: tf.Tensor) -> Any:
+    return pickle.loads(t.numpy().tobytes())
+
+
+def _in_group(r: int, rank_type: RankType) -> int:
+    g = _group(rank_type)
+    if not 0 <= r < g.size():
+        raise SMPValidationError(f"smp: rank {r} is not a rank of the {rank_type.name} group of size {g.size()} "
+                                 f"({require().who()})")
+    return r
+
+
+def send(obj: Any, dest_rank: int, rank_type: RankType = RankType.WORLD_RANK) -> None:
+    ops.send(_pack(obj), _in_group(dest_rank, rank_type), _TAG, _group(rank_type))
+
+
+def recv_from(src_rank: int, rank_type: RankType = RankType.WORLD_RANK) -> Any:
+    return _unpack(ops.recv(_in_group(src_rank, rank_type), tf.uint8, _TAG, _group(rank_type)))
+
+
+def broadcast(obj: Any, group: CommGroup = CommGroup.WORLD) -> None:
+    """Sends `obj` to every other rank of `group`; they call recv_from (as in SageMaker)."""
+    g = _group(group)
+    for r in range(g.size()):
+        if r != g.rank():
+            ops.send(_pack(obj), r, _TAG, g)
+
+
+def allgather(obj: Any, group: CommGroup = CommGroup.WORLD) -> List[Any]:
+    g = _group(group)
+    data = _pack(obj)
+    sizes = ops.allgather(tf.shape(data, out_type=tf.int64), g).numpy()
+    flat = ops.allgather(data, g).numpy()
+    out, off = [], 0
+    for n in sizes:
+        out.append(pickle.loads(flat[off:off + n].tobytes()))
+        off += n
+    return out
+
+
+def barrier(group: CommGroup = CommGroup.WORLD) -> None:
+    ops.barrier(_group(group))
+
+
+def mp_barrier() -> None:
+    barrier(CommGroup.MP_GROUP)
+
+
+pp_barrier = mp_barrier
+
+
+def dp_barrier() -> None:
+    barrier(CommGroup.DP_GROUP)

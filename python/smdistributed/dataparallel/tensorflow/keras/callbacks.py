@@ -1,0 +1,3 @@
+"""Keras callbacks of ``smdistributed.dataparallel.tensorflow.keras``."""
+
+from shoal.tensorflow.data_parallel import BroadcastGlobalVariablesCallback  # noqa: F401
