@@ -166,8 +166,9 @@ def main():
     print(f"  one process, {p} threads: {many:7.2f} samples/s  ({many / one:.2f}x)")
     cores = os.cpu_count() or 1
     ideal = m / (m + p - 1) * p * r
+    ceiling = f"; with {world} ranks on {cores} cores at most {cores:.2f}x" if world > cores else ""
     print(f"  pipeline, {world} ranks     : {sps:7.2f} samples/s  ({sps / one:.2f}x; the schedule's ideal "
-          f"{ideal:.2f}x" + (f", {cores} cores" if world > cores else "") + ")")
+          f"{ideal:.2f}x{ceiling})")
     if a.breakdown:
         cols = [k for k in res[0]["parts"] if k not in ("pp", "dp")]
         print("  per step, ms (mean over the timed steps):")
