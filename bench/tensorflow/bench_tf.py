@@ -5,10 +5,11 @@ against tf.distribute's MultiWorkerMirroredStrategy, in one run.
     .venv/bin/python bench/tensorflow/bench_tf.py [--np 2] [--iters 30] [--width 1024] [--batch 64]
 
 1. allreduce of float32 tensors from 64 KiB to 64 MiB: shoal-perf (the C++
-   core, --queued: the asynchronous path the op takes) against
-   shoal.tensorflow.allreduce called eagerly (the TF op: eager dispatch, the
-   kernel, the completion), median time per call over --iters after a
-   barrier; the op's overhead is their ratio.
+   core, blocking calls: the path the op's kernel takes, running the
+   collective in its own thread) against shoal.tensorflow.allreduce called
+   eagerly (the TF op: eager dispatch, the output's allocation, the kernel,
+   the completion), median time per call over --iters after a barrier; the
+   op's overhead is their ratio.
 2. a training step of an MLP (4 Dense layers of --width, float32) on --batch
    samples per rank: forward, backward and the averaging of the gradients
    over the ranks, inside tf.function, with shoal's DistributedGradientTape
@@ -158,7 +159,7 @@ def main():
         return
     perf = subprocess.run([str(ROOT / "build" / "bin" / "shoal-perf"), "--np", str(a.np), "--op", "allreduce",
                            "-b", str(SIZES[0]), "-e", str(SIZES[-1]), "-f", "4", "--iters", str(a.iters),
-                           "--queued", "--format", "json"], capture_output=True, text=True, check=True)
+                           "--format", "json"], capture_output=True, text=True, check=True)
     rows = [json.loads(line) for line in perf.stdout.splitlines() if line.startswith("{")]
     if len(rows) == 1 and "results" in rows[0]:
         rows = rows[0]["results"]

@@ -14,6 +14,19 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
+// Collectives run in the kernel's own thread when nothing is queued ahead of
+// them (OpOptions::blocking): the caller waits for them anyway (the ops run one
+// after the other, adapter.h), and a wait in the calling thread may spin
+// where the communicator's executor thread would sleep and be woken. A
+// second phase (after a size exchange) follows the same way from the first's
+// completion. Sends and receives stay asynchronous.
+shoal::OpOptions inline_options() {
+  shoal::OpOptions o;
+  o.blocking = true;
+  return o;
+}
+const shoal::OpOptions kInline = inline_options();
+
 shoal::ReduceOp reduce_attr(OpKernelConstruction* c) {
   std::string name;
   shoal::ReduceOp op = shoal::ReduceOp::kSum;
@@ -77,7 +90,8 @@ class AllreduceOp : public Kernel {
     std::vector<Tensor*> outs(n);
     for (int i = 0; i < n; ++i) {
       if (!element_type(p, in[i], "tensors[" + std::to_string(i) + "]", &dts[i], &op_)) return;
-      OP_REQUIRES_OK_ASYNC(ctx, out.allocate(i, in[i].shape(), &outs[i]), done);
+      // the input's buffer when nothing else holds it (in graph mode, a gradient): reduced in place
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({i}, i, in[i].shape(), &outs[i]), done);
     }
     // Buckets: runs of one dtype up to fusion_ bytes (a larger tensor alone).
     std::vector<std::vector<int>> buckets;
@@ -112,7 +126,7 @@ class AllreduceOp : public Kernel {
     if (idx.size() == 1) {
       const int i = idx.front();
       if (in[i].NumElements() == 0) return p->finish(nullptr);
-      return finish_on(p, c->allreduce(data(in[i]), data(*outs[i]), in[i].NumElements(), dt, op_));
+      return finish_on(p, c->allreduce(data(in[i]), data(*outs[i]), in[i].NumElements(), dt, op_, kInline));
     }
     int64_t total = 0;
     for (int i : idx) total += in[i].NumElements();
@@ -128,7 +142,7 @@ class AllreduceOp : public Kernel {
       back.emplace_back(data(*outs[i]), b);
       off += b;
     }
-    auto w = c->allreduce(base, base, total, dt, op_);
+    auto w = c->allreduce(base, base, total, dt, op_, kInline);
     when_done(w, [p, flat, back = std::move(back)](std::exception_ptr e) {
       if (!e) {
         const char* src = data(flat);
@@ -179,7 +193,7 @@ class AllgatherOp : public Kernel {
     s->all.resize(c->size());
     p->expect(1);
     guarded(p, [&] {
-      auto w = c->allgather(s->mine.v, s->all.data(), 4, shoal::DataType::kInt64);
+      auto w = c->allgather(s->mine.v, s->all.data(), 4, shoal::DataType::kInt64, kInline);
       when_done(w, [p, s, c, ctx, in, dt](std::exception_ptr e) {
         if (e) return p->finish(e);
         int64_t rows = 0;
@@ -203,7 +217,7 @@ class AllgatherOp : public Kernel {
         if (!st.ok()) return p->fail(st);
         if (out->NumElements() == 0) return p->finish(nullptr);
         p->expect(1);
-        guarded(p, [&] { finish_on(p, c->allgatherv(data(in), data(*out), counts, {}, dt)); });
+        guarded(p, [&] { finish_on(p, c->allgatherv(data(in), data(*out), counts, {}, dt, kInline)); });
         p->finish(nullptr);
       });
     });
@@ -227,10 +241,10 @@ class BroadcastOp : public Kernel {
       return refuse(p, "root: " + std::to_string(root_) + " is not a rank of a group of " + std::to_string(c->size()));
     }
     Tensor* out = nullptr;
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, in.shape(), &out), done);
-    if (in.TotalBytes()) std::memcpy(data(*out), data(in), in.TotalBytes());
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out), done);
+    if (in.TotalBytes() && data(*out) != data(in)) std::memcpy(data(*out), data(in), in.TotalBytes());
     p->expect(1);
-    guarded(p, [&] { finish_on(p, c->broadcast(data(*out), in.NumElements(), dt, static_cast<int>(root_))); });
+    guarded(p, [&] { finish_on(p, c->broadcast(data(*out), in.NumElements(), dt, static_cast<int>(root_), kInline)); });
   }
 
  private:
@@ -282,7 +296,7 @@ class AlltoallOp : public Kernel {
     int64_t* recv = rsplits->flat<int64_t>().data();
     p->expect(1);
     guarded(p, [&] {
-      auto w = c->alltoall(send->data(), recv, 1, shoal::DataType::kInt64);
+      auto w = c->alltoall(send->data(), recv, 1, shoal::DataType::kInt64, kInline);
       when_done(w, [p, c, ctx, in, dt, send, recv, n](std::exception_ptr e) {
         if (e) return p->finish(e);
         const int64_t row = row_elems(in.shape());
@@ -300,7 +314,7 @@ class AlltoallOp : public Kernel {
         auto st = ctx->allocate_output(0, shape, &out);
         if (!st.ok()) return p->fail(st);
         p->expect(1);
-        guarded(p, [&] { finish_on(p, c->alltoallv(data(in), sc, {}, data(*out), rc, {}, dt)); });
+        guarded(p, [&] { finish_on(p, c->alltoallv(data(in), sc, {}, data(*out), rc, {}, dt, kInline)); });
         p->finish(nullptr);
       });
     });
@@ -330,7 +344,7 @@ class ReduceScatterOp : public Kernel {
     Tensor* out = nullptr;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, shape, &out), done);
     p->expect(1);
-    guarded(p, [&] { finish_on(p, c->reduce_scatterv(data(in), data(*out), counts, dt, op_)); });
+    guarded(p, [&] { finish_on(p, c->reduce_scatterv(data(in), data(*out), counts, dt, op_, kInline)); });
   }
 
  private:
@@ -348,7 +362,7 @@ class BarrierOp : public Kernel {
     auto c = begin(ctx, done, &p);
     if (!c) return;
     p->expect(1);
-    guarded(p, [&] { finish_on(p, c->barrier()); });
+    guarded(p, [&] { finish_on(p, c->barrier(kInline)); });
   }
 };
 
