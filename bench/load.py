@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Interference for benchmarks: other work sharing the cores, steady or bursty.
+
+    bench/load.py SPEC            # runs until killed (SIGTERM/SIGINT)
+
+SPEC (also `bench/compare --load SPEC`, `bench/torch/... --load SPEC`):
+
+  N            N cores' worth of bursty load: 2N processes, each repeating a
+               compute burst of 1-10 ms (a matrix product in a loop) and a
+               sleep of 1-10 ms (random, uniform): about half a core each on
+               average, in bursts, the shape of a backward pass competing
+               for the cores while gradients are reduced
+  busy:N       N processes spinning without pause (steady load)
+  burst:N[:D]  N bursty processes with duty cycle D (default 0.5)
+
+The processes are plain Python (numpy); the random bursts are seeded per
+process, so two runs with one SPEC see the same pattern of bursts.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from typing import List, Optional, Tuple
+
+
+def parse(spec: str) -> Tuple[str, int, float]:
+    """(kind, processes, duty) of a SPEC; ValueError naming the spec if bad."""
+    try:
+        if spec.startswith("busy:"):
+            return "busy", int(spec[5:]), 1.0
+        if spec.startswith("burst:"):
+            parts = spec[6:].split(":")
+            duty = float(parts[1]) if len(parts) > 1 else 0.5
+            if not 0.0 < duty <= 1.0:
+                raise ValueError
+            return "burst", int(parts[0]), duty
+        cores = float(spec)
+        return "burst", max(1, round(2 * cores)), 0.5
+    except (ValueError, IndexError):
+        raise ValueError(f"--load {spec!r}: expected N, busy:N or burst:N[:DUTY]") from None
+
+
+def _worker(kind: str, duty: float, seed: int) -> None:
+    import numpy as np
+    rng = random.Random(seed)
+    a = np.random.default_rng(seed).standard_normal((96, 96))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        burst = rng.uniform(1e-3, 10e-3) if kind == "burst" else 1.0
+        end = time.perf_counter() + burst
+        while time.perf_counter() < end:
+            a = np.tanh(a @ a)
+        if kind == "burst":
+            time.sleep(burst * (1.0 - duty) / duty)
+
+
+class Load:
+    """Starts the processes of a SPEC (context manager); stop() ends them."""
+
+    def __init__(self, spec: Optional[str]):
+        self.spec = spec
+        self.procs: List[subprocess.Popen] = []
+        if spec:
+            parse(spec)
+
+    def start(self) -> "Load":
+        if not self.spec:
+            return self
+        kind, n, duty = parse(self.spec)
+        for i in range(n):
+            self.procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", kind,
+                                                str(duty), str(1000 + i)], stdin=subprocess.DEVNULL))
+        time.sleep(0.3)                       # let them reach their loops
+        return self
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def describe(self) -> str:
+        if not self.spec:
+            return "none"
+        kind, n, duty = parse(self.spec)
+        if kind == "busy":
+            return f"{n} busy-loop process(es) (steady, {n} core(s))"
+        return (f"{n} bursty process(es): compute bursts of 1-10 ms at duty {duty:g} "
+                f"(about {n * duty:g} core(s) on average)")
+
+
+def main(argv: List[str]) -> int:
+    if argv[:1] == ["--worker"]:
+        _worker(argv[1], float(argv[2]), int(argv[3]))
+        return 0
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    load = Load(argv[0]).start()
+    print(f"load: {load.describe()}; Ctrl-C ends it", flush=True)
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        load.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
