@@ -101,6 +101,10 @@ class HybridTransport final : public Transport {
   unsigned polls_ = 0;
   int spin_us_ = 0;
   bool spin_yield_ = false;
+  // How waits spin, chosen by what they cost (wait()): a smoothed wait time
+  // for spinning the full budget [0] and for a short spin then sleeping [1].
+  double wait_ns_[2] = {0.0, 0.0};
+  unsigned waits_ = 0;
   net::Fd epoll_fd_;
   net::Fd wake_fd_;
 };
