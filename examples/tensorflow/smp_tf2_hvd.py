@@ -12,7 +12,10 @@ Only the import of Horovod differs from the SageMaker script: Horovod's
 calls here (allreduce, broadcast_variables) come from shoal's
 smdistributed.dataparallel.tensorflow, which under smp with "horovod" acts
 on the replicas of this rank's partition, as Horovod does under SageMaker's
-library (docs/tensorflow.md). The configuration comes from
+library. With Horovod installed (it builds against TensorFlow 2.12), the
+original `import horovod.tensorflow as hvd` works too when the job is
+started by mpirun: smp then initialises Horovod on that group
+(docs/tensorflow.md, "Hybrid parallelism"). The configuration comes from
 SM_HP_MP_PARAMETERS (the default below is used when it is not set). Rank 0 prints the loss and
 accuracy of every epoch; the exit status is 1 if the test accuracy ends
 below --min-accuracy.

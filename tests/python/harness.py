@@ -54,7 +54,8 @@ class Checks:
         self.info[name] = round(time.perf_counter() - t0, 2)
 
     def report(self):
-        print("RESULT " + json.dumps({"rank": int(os.environ["RANK"]), "passed": self.passed,
+        rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+        print("RESULT " + json.dumps({"rank": rank, "passed": self.passed,
                                       "failed": self.failed, "info": self.info}), flush=True)
         return 1 if self.failed else 0
 

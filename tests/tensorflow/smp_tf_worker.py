@@ -17,7 +17,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-import keras  # noqa: E402
+from tensorflow import keras  # noqa: E402  (Keras 2: the bare `import keras` is not the public API)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -95,7 +95,11 @@ def reference(Plain, steps, batch, lr=0.1):
         preds.append(pred.numpy())
         opt.apply_gradients(zip(tape.gradient(loss, m.trainable_variables), m.trainable_variables))
         losses.append(float(loss))
+    REF_MODEL[0] = m
     return losses, [v.numpy() for v in m.trainable_variables], preds
+
+
+REF_MODEL = [None]
 
 
 def close(got, want, what, tol=2e-5):
@@ -133,7 +137,11 @@ def train(call, cfg, *, manual=False, graph=False, grads="get_gradients", steps=
         g, loss, pred = get_grads(xb, yb)
         g = [t.accumulate() for t in g]
         if dp > 1 and cfg.get("horovod"):
-            import smdistributed.dataparallel.tensorflow as hvd
+            if os.environ.get("SHOAL_TEST_HOROVOD"):     # Horovod itself (under mpirun: smp.init set it up)
+                import horovod.tensorflow as hvd
+                assert (hvd.rank(), hvd.size()) == (smp.dp_rank(), smp.dp_size()), "Horovod on the dp group"
+            else:
+                import smdistributed.dataparallel.tensorflow as hvd
             g = [hvd.allreduce(t) for t in g]
         opt.apply_gradients(zip(g, model.trainable_variables))
         return loss.reduce_mean(), pred.merge()
@@ -153,11 +161,20 @@ def train(call, cfg, *, manual=False, graph=False, grads="get_gradients", steps=
         losses.append(float(loss))
     if dp == 1:
         close(losses, ref_losses, "losses")
+        # another input shape and training=False: a second plan, the same placement and variables
+        x_eval = data(1, 2 * cfg["microbatches"], seed=5)[0][0]
+
+        @smp.step
+        def evaluate(xb):
+            return model(xb, training=False)
+        close(evaluate(x_eval).merge(), REF_MODEL[0](x_eval), "evaluation with a second plan")
+        plans = list(model._smp_plans.values())
+        assert len(plans) == 2 and plans[0].unit_part == plans[1].unit_part, "the placement changed"
     local, full = model.trainable_variables, model.full_trainable_variables()
     assert 0 < len(local) < len(full), "each partition holds a part of the variables"
     for v in local:
         i = next(i for i, w in enumerate(full) if w is v)
-        close(v.numpy(), ref_vars[i], f"variable {i} ({v.path}, rank {R})")
+        close(v.numpy(), ref_vars[i], f"variable {i} ({getattr(v, 'path', v.name)}, rank {R})")
     return model, opt, ref_vars
 
 

@@ -3,10 +3,16 @@
 tensorflow and the ops library (`make build` builds it when tensorflow is
 installed; `make setup-python` installs it)."""
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from harness import assert_all_passed, run_job
-from pathlib import Path
+from harness import ROOT, assert_all_passed, free_port, run_job
 
 pytest.importorskip("tensorflow", reason="the TensorFlow tests need tensorflow (make setup-python installs it)")
 HERE = Path(__file__).resolve().parent
@@ -41,3 +47,22 @@ def test_pipeline_with_replicas_equals_one_process():
 
 def test_bad_input_is_refused_on_every_rank():
     assert len(assert_all_passed(run_job("bad_input", 2, worker=SMP))) == 6
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_ranks_from_mpirun():
+    """Started by mpirun (no RANK / WORLD_SIZE: Open MPI's variables stand in), as
+    a Horovod job is; the data-parallel suite runs as under shoalrun."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1",
+               SHOAL_TIMEOUT_S="60", PYTHONPATH=f"{ROOT / 'python'}{os.pathsep}{ROOT / 'tests' / 'python'}")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(k, None)
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
+           "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "SHOAL_TIMEOUT_S", sys.executable, str(OPS), "dp"]
+    if os.geteuid() == 0:
+        cmd[1:1] = ["--allow-run-as-root"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    results = [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    assert r.returncode == 0 and len(results) == 2, r.stdout[-3000:] + r.stderr[-3000:]
+    results.sort(key=lambda x: x["rank"])
+    assert len(assert_all_passed(results)) == 3

@@ -178,7 +178,7 @@ def bad_input_names_the_argument():
 # ----------------------------------------------------------------- data parallel
 
 def model(seed=0):
-    import keras
+    from tensorflow import keras
     keras.utils.set_random_seed(seed)
     return keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, activation="tanh"),
                              keras.layers.Dense(8, activation="relu"),
@@ -193,7 +193,7 @@ def data(steps=4, per_rank=4):
 
 
 def single_process_reference(steps, lr=0.1):
-    import keras
+    from tensorflow import keras
     x, y, _ = data(steps)
     m, opt = model(), keras.optimizers.SGD(lr)
     for i in range(steps):
@@ -204,7 +204,7 @@ def single_process_reference(steps, lr=0.1):
 
 
 def dp_gradient_tape():
-    import keras
+    from tensorflow import keras
     steps = 4
     x, y, per = data(steps)
     m, opt = model(seed=R), keras.optimizers.SGD(0.1)       # different starts: the broadcast must fix them
@@ -229,7 +229,7 @@ def dp_gradient_tape():
 
 
 def dp_keras_fit():
-    import keras
+    from tensorflow import keras
     steps = 4
     x, y, per = data(steps)
     m = model(seed=R)
@@ -243,7 +243,7 @@ def dp_keras_fit():
 
 
 def sparse_gradients_are_gathered():
-    import keras
+    from tensorflow import keras
     keras.utils.set_random_seed(0)
     emb = keras.layers.Embedding(10, 2)
     emb.build((None,))

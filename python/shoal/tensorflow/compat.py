@@ -19,7 +19,7 @@ class _CallableList(list):
 def install() -> None:
     if _DONE[0]:
         return
-    import keras
+    from tensorflow import keras
     base = keras.optimizers.Optimizer
     prop = None
     for klass in base.__mro__:

@@ -102,8 +102,14 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: st
         grads = reduce_gradients(list(grads), op, group, fusion_bytes, sparse_as_dense)
         return base.apply(self, grads, trainable_variables)
 
-    cls = type(base.__name__, (base,), {"apply": apply, "_shoal_distributed": True,
-                                         "__module__": base.__module__})
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        grads = reduce_gradients([g for g, _ in grads_and_vars], op, group, fusion_bytes, sparse_as_dense)
+        return base.apply_gradients(self, list(zip(grads, [v for _, v in grads_and_vars])), *args, **kwargs)
+
+    # Keras 3: apply_gradients (and fit) go through apply; Keras 2 has no apply.
+    hook = {"apply": apply} if hasattr(base, "apply") else {"apply_gradients": apply_gradients}
+    cls = type(base.__name__, (base,), {**hook, "_shoal_distributed": True, "__module__": base.__module__})
     optimizer.__class__ = cls
     return optimizer
 
@@ -128,7 +134,7 @@ def broadcast_global_variables(root_rank: int = 0) -> None:
 
 
 def _keras():
-    import keras
+    from tensorflow import keras
     return keras
 
 

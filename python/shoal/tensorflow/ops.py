@@ -7,8 +7,10 @@ its collectives in one order). Gradients are registered for allreduce,
 allgather and broadcast.
 
 The process joins the world with init() (from RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, as shoalrun and torchrun set them); new_group() makes groups of
-its ranks.
+MASTER_PORT, as shoalrun and torchrun set them; under mpirun, Open MPI's
+OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE stand in for RANK,
+WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE); new_group() makes groups of its
+ranks.
 """
 
 from __future__ import annotations
@@ -51,8 +53,17 @@ def _library():
     return _LIB
 
 
+# Under mpirun (Open MPI sets no RANK / WORLD_SIZE), its variables stand in for
+# the launcher's; MASTER_ADDR and MASTER_PORT come with `mpirun -x`.
+_MPI_ENV = {"RANK": "OMPI_COMM_WORLD_RANK", "WORLD_SIZE": "OMPI_COMM_WORLD_SIZE",
+            "LOCAL_RANK": "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_WORLD_SIZE": "OMPI_COMM_WORLD_LOCAL_SIZE"}
+
+
 def _env_int(name: str, default: Optional[int] = None) -> int:
     v = os.environ.get(name)
+    if (v is None or v == "") and os.environ.get(_MPI_ENV.get(name, "")):
+        name = _MPI_ENV[name]
+        v = os.environ[name]
     if v is None or v == "":
         if default is None:
             raise ShoalTFError(f"shoal.tensorflow.init: {name} is not set (start the job with shoalrun or torchrun)")
@@ -68,7 +79,7 @@ def init(timeout_s: Optional[float] = None) -> None:
     _library()
     if _STATE["rank"] is not None:
         return
-    if "WORLD_SIZE" not in os.environ and "RANK" not in os.environ:
+    if not any(os.environ.get(n) for n in ("WORLD_SIZE", "RANK", "OMPI_COMM_WORLD_SIZE")):
         rank, size, addr = 0, 1, "127.0.0.1"
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

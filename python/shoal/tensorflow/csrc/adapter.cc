@@ -94,7 +94,7 @@ void Pending::fail(const absl::Status& s) {
     if (status_.ok()) status_ = s;
   }
   if (left_.fetch_sub(1) == 1) {
-    ctx_->SetStatus(status_);
+    ctx_->SetStatus(tf_status(status_));
     done_();
   }
 }
@@ -106,7 +106,7 @@ void Pending::finish(std::exception_ptr err) {
   }
   if (left_.fetch_sub(1) == 1) {
     std::lock_guard<std::mutex> g(mu_);
-    if (!status_.ok()) ctx_->SetStatus(status_);
+    if (!status_.ok()) ctx_->SetStatus(tf_status(status_));
     done_();
   }
 }

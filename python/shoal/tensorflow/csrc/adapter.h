@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "shoal/communicator.h"
@@ -30,6 +31,21 @@ bool to_shoal(tensorflow::DataType t, shoal::DataType* out);
 // A shoal failure as a TF status (InvalidArgument, DeadlineExceeded,
 // Unavailable for a lost peer, Aborted, ...), the message prefixed with `what`.
 absl::Status to_status(std::exception_ptr e, const std::string& what);
+// The status for TensorFlow: its Status is absl::Status from TF 2.13 on, a
+// class of its own (tsl::Status, made from a code and a message) before.
+inline tensorflow::Status tf_status(const absl::Status& s) {
+  if (s.ok()) return tensorflow::Status();
+  return tensorflow::Status(static_cast<decltype(tensorflow::Status().code())>(s.code()), s.message());
+}
+// And back: a TensorFlow status (of allocate_output, ...) as absl::Status.
+template <typename S>
+absl::Status absl_status(const S& s) {
+  if constexpr (std::is_same_v<S, absl::Status>) {
+    return s;
+  } else {
+    return s.ok() ? absl::OkStatus() : absl::Status(static_cast<absl::StatusCode>(s.code()), s.error_message());
+  }
+}
 
 inline char* data(const tensorflow::Tensor& t) { return const_cast<char*>(t.tensor_data().data()); }
 
@@ -89,7 +105,7 @@ class Kernel : public tensorflow::AsyncOpKernel {
     std::string why;
     auto c = group(group_, &why);
     if (!c) {
-      ctx->SetStatus(absl::FailedPreconditionError(std::string("shoal.") + name_ + ": " + why));
+      ctx->SetStatus(tf_status(absl::FailedPreconditionError(std::string("shoal.") + name_ + ": " + why)));
       done();
       return nullptr;
     }

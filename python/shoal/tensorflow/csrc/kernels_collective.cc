@@ -132,7 +132,7 @@ class AllreduceOp : public Kernel {
     for (int i : idx) total += in[i].NumElements();
     Tensor flat;
     auto st = ctx->allocate_temp(in[idx.front()].dtype(), TensorShape({total}), &flat);
-    if (!st.ok()) return p->fail(st);
+    if (!st.ok()) return p->fail(absl_status(st));
     char* base = data(flat);
     size_t off = 0;
     std::vector<std::pair<char*, size_t>> back;
@@ -214,7 +214,7 @@ class AllgatherOp : public Kernel {
         shape.set_dim(0, rows);
         Tensor* out = nullptr;
         auto st = ctx->allocate_output(0, shape, &out);
-        if (!st.ok()) return p->fail(st);
+        if (!st.ok()) return p->fail(absl_status(st));
         if (out->NumElements() == 0) return p->finish(nullptr);
         p->expect(1);
         guarded(p, [&] { finish_on(p, c->allgatherv(data(in), data(*out), counts, {}, dt, kInline)); });
@@ -312,7 +312,7 @@ class AlltoallOp : public Kernel {
         shape.set_dim(0, total);
         Tensor* out = nullptr;
         auto st = ctx->allocate_output(0, shape, &out);
-        if (!st.ok()) return p->fail(st);
+        if (!st.ok()) return p->fail(absl_status(st));
         p->expect(1);
         guarded(p, [&] { finish_on(p, c->alltoallv(data(in), sc, {}, data(*out), rc, {}, dt, kInline)); });
         p->finish(nullptr);

@@ -161,7 +161,7 @@ class RecvOp : public Kernel {
         for (int i = 0; i < h->v[1] && i < kMaxDims; ++i) shape.AddDim(h->v[2 + i]);
         Tensor* out = nullptr;
         auto st = ctx->allocate_output(0, shape, &out);
-        if (!st.ok()) return p->fail(st);
+        if (!st.ok()) return p->fail(absl_status(st));
         if (out->NumElements()) {
           p->expect(1);
           guarded(p, [&] { finish_on_recv(p, c->recv(data(*out), out->NumElements(), dt, peer, 2 * tag + 1)); });

@@ -10,22 +10,22 @@ using tensorflow::shape_inference::InferenceContext;
 
 namespace {
 
-absl::Status same_shapes(InferenceContext* c) {
+tensorflow::Status same_shapes(InferenceContext* c) {
   for (int i = 0; i < c->num_inputs() && i < c->num_outputs(); ++i) c->set_output(i, c->input(i));
-  return absl::OkStatus();
+  return tensorflow::Status();
 }
 
 // The first dimension unknown (it depends on the other ranks), the rest as the input's.
-absl::Status first_dim_unknown(InferenceContext* c) {
+tensorflow::Status first_dim_unknown(InferenceContext* c) {
   tensorflow::shape_inference::ShapeHandle in = c->input(0), out;
   if (!c->RankKnown(in)) {
     c->set_output(0, c->UnknownShape());
-    return absl::OkStatus();
+    return tensorflow::Status();
   }
   TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
   TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
   c->set_output(0, out);
-  return absl::OkStatus();
+  return tensorflow::Status();
 }
 
 }  // namespace
@@ -74,7 +74,7 @@ REGISTER_OP("ShoalAlltoall")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(first_dim_unknown(c));
       c->set_output(1, c->Vector(c->UnknownDim()));
-      return absl::OkStatus();
+      return tensorflow::Status();
     })
     .Doc("Sends rows splits[k] of the tensor (in order) to rank k and concatenates what "
          "arrives in rank order; empty splits: equal parts.");

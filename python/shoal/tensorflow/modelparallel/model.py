@@ -16,7 +16,7 @@ import contextlib
 import threading
 from typing import Any, Callable, List, Optional
 
-import keras
+from tensorflow import keras  # the public API (on Keras 2, a bare `import keras` is not)
 
 from ...mpcommon.errors import SMPValidationError
 
@@ -124,7 +124,12 @@ class DistributedModel(keras.Model):
 
     def full_trainable_variables(self):
         """Every trainable variable of the model, on every partition."""
-        return super().trainable_variables
+        ids = getattr(self, "_smp_local", None)
+        object.__setattr__(self, "_smp_local", None)    # Keras 2's trainable_variables reads trainable_weights
+        try:
+            return super().trainable_variables
+        finally:
+            object.__setattr__(self, "_smp_local", ids)
 
 
 def layer_name(layer: Any, path: str = "") -> str:

@@ -6,15 +6,18 @@ Groups (shoal.tensorflow groups, sharing the world's connections): the
 pipeline group of this rank's model replica (activations, gradients, model
 outputs), the data-parallel group of the ranks holding this rank's partition
 (gradient averaging; with ``horovod`` or ``ddp`` it is also the default group
-of ``smdistributed.dataparallel.tensorflow``, as Horovod is under the
-SageMaker library), and two groups for the helpers below, so user messages
+of ``smdistributed.dataparallel.tensorflow``, and with ``horovod`` under
+mpirun Horovod itself is initialised on it, as under the SageMaker library),
+and two groups for the helpers below, so user messages
 never meet the pipeline's.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import pickle
+import sys
 from typing import Any, List, Optional
 
 import numpy as np
@@ -22,7 +25,7 @@ import tensorflow as tf
 
 from ... import mpcommon  # noqa: F401
 from ...mpcommon import config as C
-from ...mpcommon.errors import SMPValidationError
+from ...mpcommon.errors import SMPConfigError, SMPValidationError
 from ...mpcommon.topology import Topology
 from .. import ops
 
@@ -74,8 +77,47 @@ def init(config=None) -> None:
     s.user_dp = ops.new_group(s.dp_ranks)
     s.user_world = ops.new_group(list(range(s.size)))
     ops.set_default_group(s.dp if (cfg.horovod or cfg.ddp) and s.dp_size > 1 else None)
+    if cfg.horovod:
+        _init_horovod(s)
     s.model = None
     s.initialized = True
+
+
+def _mpi_launched() -> bool:
+    return bool(os.environ.get("OMPI_COMM_WORLD_SIZE"))
+
+
+def _init_horovod(s: _State) -> None:
+    """With "horovod": initialises Horovod itself, when it is installed and the
+    job was started by mpirun, on this rank's data-parallel group
+    (``hvd.init(comm=<its world ranks>)``, Horovod's MPI controller): the
+    script's un-annotated ``hvd.allreduce`` / ``hvd.broadcast_variables`` then
+    act on the replicas of its partition, and ``hvd.rank()`` / ``hvd.size()``
+    are ``dp_rank`` / ``dp_size``, as under SageMaker's library (the script
+    never calls hvd.init). Otherwise Horovod is left alone and scripts use
+    ``smdistributed.dataparallel.tensorflow``, which smp scopes to the same
+    group (the default group set above)."""
+    if not _mpi_launched():
+        if "horovod.tensorflow" in sys.modules:
+            raise SMPConfigError(
+                f"smp ({s.who()}): 'horovod': the script imports horovod.tensorflow, which smp initialises on the "
+                f"data-parallel group through MPI: start the job with mpirun (with MASTER_ADDR and MASTER_PORT "
+                f"exported, e.g. `mpirun -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 ...`), or import "
+                f"smdistributed.dataparallel.tensorflow as hvd instead")
+        return
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError:
+        return                          # no Horovod: smdistributed.dataparallel.tensorflow serves the script
+    mpi_rank, mpi_size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    if (mpi_rank, mpi_size) != (s.rank, s.size):
+        raise SMPConfigError(f"smp ({s.who()}): 'horovod': MPI rank {mpi_rank} of {mpi_size} is not shoal's rank "
+                             f"{s.rank} of {s.size}: leave RANK and WORLD_SIZE unset under mpirun")
+    if not hvd.is_initialized():
+        hvd.init(comm=list(s.dp_ranks))
+    if (hvd.rank(), hvd.size()) != (s.dp_rank, s.dp_size):
+        raise SMPConfigError(f"smp ({s.who()}): 'horovod': Horovod runs as rank {hvd.rank()} of {hvd.size()}, not "
+                             f"on the data-parallel group {list(s.dp_ranks)} (was hvd.init called before smp.init?)")
 
 
 def shutdown() -> None:

@@ -136,12 +136,14 @@ def _plan_for(run: RT.StepRun):
             a, k = (args, kwargs) if tf.executing_eagerly() and all(
                 not isinstance(x, tf.Tensor) or hasattr(x, "numpy") for x in T._flat(args, kwargs)) else \
                 T.synthetic(tf.nest.map_structure(T._spec, (list(args), dict(kwargs))))
-            plan = T.record(model, call, a, k, s.cfg, s.pp_rank)
+            first = next(iter(plans.values()), None)
+            plan = T.record(model, call, a, k, s.cfg, s.pp_rank, previous=first)
         plans[sig] = plan
-        local = [l for l in plan.unit_layers if plan.unit_part[id(l)] == s.pp_rank]
-        object.__setattr__(model, "_smp_local", {id(v) for l in local for v in l.weights})
-        if len(plans) == 1 and s.rank == 0:
-            print(T.describe(plan, s.pp_size), flush=True)
+        if first is None:              # the placement, and so this rank's variables, are the first plan's
+            local = [l for l in plan.unit_layers if plan.unit_part[id(l)] == s.pp_rank]
+            object.__setattr__(model, "_smp_local", {id(v) for l in local for v in l.weights})
+            if s.rank == 0:
+                print(T.describe(plan, s.pp_size), flush=True)
         return plan
     return plan_for
 
@@ -277,7 +279,7 @@ def _tape_gradient(self, target, sources, output_gradients=None, **kwargs):
 def install_gradient_hooks() -> None:
     """optimizer.get_gradients / compute_gradients (TF1-style Keras API, gone
     from Keras 3) and tf.GradientTape.gradient, deferred inside a step."""
-    import keras
+    from tensorflow import keras
     opt = keras.optimizers.Optimizer
     opt.get_gradients = _get_gradients
     opt.compute_gradients = _compute_gradients

@@ -168,11 +168,13 @@ def _inner_layers(layer) -> List[Any]:
         return []
 
 
-def record(model, fn, args, kwargs, cfg, pipe_rank: int) -> Plan:
+def record(model, fn, args, kwargs, cfg, pipe_rank: int, previous: Optional[Plan] = None) -> Plan:
     """The plan for a microbatch of this shape (see the module docstring).
-    Runs eagerly; args are real or synthetic inputs of the shape."""
-    expand: Set[int] = set()
-    while True:
+    Runs eagerly; args are real or synthetic inputs of the shape. With
+    `previous` (the model's first plan) the placement stays that one: a layer
+    keeps its partition, and its variables their owner, whatever the input."""
+    expand: Set[int] = set(previous.expanded) if previous else set()
+    while previous is None:
         _run(model, fn, args, kwargs, expand)                 # builds the layers
         rec = _run(model, fn, args, kwargs, expand, timing=True)
         layers: List[Any] = []
@@ -187,6 +189,18 @@ def record(model, fn, args, kwargs, cfg, pipe_rank: int) -> Plan:
                                 f"({', '.join(l.name for l in layers)}), too few for {cfg.partitions} partitions")
         cost = {id(l): sum(c.time_s for c in rec.calls if c.layer is l) for l in openable}
         expand.add(id(max(openable, key=lambda l: cost[id(l)])))
+    if previous is not None:
+        _run(model, fn, args, kwargs, expand)
+        rec = _run(model, fn, args, kwargs, expand, timing=True)
+        layers = []
+        for c in rec.calls:
+            if all(c.layer is not l for l in layers):
+                layers.append(c.layer)
+        new = [l.name for l in layers if id(l) not in previous.unit_part]
+        if new:
+            raise SMPTraceError(f"smp: {type(model).__name__}.call calls layers for this input "
+                                f"({', '.join(new)}) that it did not call at the first step; the placement "
+                                f"is made once, from the first step's calls")
     # the dataflow, from a graph of the same call
     specs = tf.nest.map_structure(_spec, (list(args), dict(kwargs)))
     grec: Dict[str, _Recorder] = {}
@@ -205,7 +219,7 @@ def record(model, fn, args, kwargs, cfg, pipe_rank: int) -> Plan:
     srcs, out_srcs, same = _sources(g.graph_in, g.graph_out, g.result)
     for c, s, sm in zip(rec.calls, srcs, same):
         c.sources, c.same_as = s, sm
-    unit_part = _place(model, rec.calls, layers, cfg)
+    unit_part = dict(previous.unit_part) if previous else _place(model, rec.calls, layers, cfg)
     plan = Plan(rec.calls, layers, unit_part, out_srcs, tf.nest.map_structure(_spec, rec.result), chain=True,
                 expanded=expand)
     _check(plan, model)
