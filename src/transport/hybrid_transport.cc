@@ -275,7 +275,8 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
   // other work shares the cores the spinning core is one the peer (or the
   // work it competes with) could have had, and waits that sleep end sooner.
   int way = 0;
-  if (spin_us_ > kNapSpinUs) {
+  const bool adapt = spin_adaptive_ && spin_us_ > kNapSpinUs;
+  if (adapt) {
     way = wait_ns_[1] < wait_ns_[0] ? 1 : 0;
     if (++waits_ % kSpinProbeEvery == 0) way = 1 - way;
   }
@@ -285,13 +286,13 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
   // shared arena does): when other work shares the cores, the peer this
   // wait needs may be queued behind this very core, and a pure spin would
   // hold it for the whole budget before sleeping.
-  const auto yield_from = now + kSpinYieldAfter;
+  const auto yield_from = spin_adaptive_ ? now + kSpinYieldAfter : Clock::time_point::max();
   auto next_abort_check = now + std::chrono::milliseconds(opts_.abort_poll_ms);
   for (unsigned iter = 1;; ++iter) {
     bool all = true;
     for (size_t i = 0; i < n && all; ++i) all = reqs[i]->complete;
     if (all) {
-      if (spin_us_ > kNapSpinUs && iter > 1) {
+      if (adapt && iter > 1) {
         const double ns = static_cast<double>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
         wait_ns_[way] = wait_ns_[way] == 0.0 ? ns : 0.875 * wait_ns_[way] + 0.125 * ns;
