@@ -22,14 +22,12 @@ wrong (+ iters, warmup, np). bytes is the output size per rank for allgather
 and the input size per rank for reduce_scatter (as nccl-tests).
 """
 
-import argparse
-import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
+
+import peer_common as PC
 
 OPS = ("allreduce", "allgather", "broadcast", "reduce_scatter")
 OP_ALIASES = {"all_reduce": "allreduce", "all_gather": "allgather",
@@ -37,37 +35,11 @@ OP_ALIASES = {"all_reduce": "allreduce", "all_gather": "allgather",
               "reduce_scatter_tensor": "reduce_scatter"}
 
 
-def parse_size(text):
-    s = text.strip()
-    if s[-1:] in "bB" and len(s) > 1 and s[-2:-1].isalpha():
-        s = s[:-1]
-    mult = 1
-    if s and s[-1] in "kKmMgG":
-        mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[s[-1].lower()]
-        s = s[:-1]
-    return int(float(s) * mult)
-
-
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = PC.parser(__doc__, None, ",".join(OPS))
     p.add_argument("--backend", default="gloo", help="torch.distributed backend (gloo, shoal, ...)")
-    p.add_argument("--impl", default=None, help="name in the JSON rows (default: the backend)")
-    p.add_argument("--np", type=int, default=2, help="ranks to launch (launcher mode)")
-    p.add_argument("-b", "--minbytes", type=parse_size, default=8)
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=256 << 20)
-    p.add_argument("-f", "--stepfactor", type=float, default=2.0)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--min-iters", type=int, default=5)
-    p.add_argument("--budget", type=float, default=0.0,
-                   help="seconds per size; cut warmup/iters to fit (>= --min-iters); 0 = off")
-    p.add_argument("--ops", default=",".join(OPS))
-    p.add_argument("--no-barrier", action="store_true")
     p.add_argument("--import", dest="imports", action="append", default=[],
                    help="module to import before init (e.g. one that registers a backend)")
-    p.add_argument("--timeout", type=float, default=1800.0,
-                   help="launcher: seconds before all ranks are killed")
     a = p.parse_args(argv)
     ops = []
     for tok in a.ops.split(","):
@@ -76,70 +48,15 @@ def parse_args(argv=None):
             p.error(f"unknown op {tok!r} (choose from {', '.join(OPS)})")
         ops.append(tok)
     a.ops = ops
-    if a.stepfactor <= 1.0:
-        p.error("-f must be > 1")
-    a.iters = max(1, a.iters)
-    a.min_iters = max(1, min(a.min_iters, a.iters))
-    a.warmup = max(0, a.warmup)
-    a.minbytes = max(4, a.minbytes)
-    if a.maxbytes < a.minbytes:
-        p.error("-e must be >= -b")
+    PC.check_sizes(p, a)
     a.impl = a.impl or a.backend
     return a
 
 
-def sizes(lo, hi, factor):
-    out, s = [], float(lo)
-    while s <= hi * 1.000001:
-        out.append(int(s))
-        s *= factor
-    return out
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(args, argv):
-    port = free_port()
-    procs = []
-    for r in range(args.np):
-        env = dict(os.environ)
-        env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(args.np),
-                   LOCAL_WORLD_SIZE=str(args.np), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        env.setdefault("OMP_NUM_THREADS", "1")
-        out = None if r == 0 else subprocess.DEVNULL
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + list(argv),
-                                      env=env, stdout=out))
-    deadline = time.monotonic() + args.timeout
-    rc = 0
-    try:
-        while procs:
-            for pr in list(procs):
-                code = pr.poll()
-                if code is None:
-                    continue
-                procs.remove(pr)
-                if code != 0:
-                    rc = rc or code
-                    for other in procs:  # one rank died: the others would hang
-                        other.terminate()
-            if time.monotonic() > deadline:
-                print("torch_collective_bench: timeout, killing ranks", file=sys.stderr)
-                for pr in procs:
-                    pr.kill()
-                rc = rc or 124
-                deadline = float("inf")
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        for pr in procs:
-            pr.kill()
-        raise
-    return rc
+    me = [sys.executable, os.path.abspath(__file__)] + list(argv)
+    return PC.run_ranks("torch_collective_bench", [(me, env) for env in PC.rank_envs(args.np, PC.free_port())],
+                        args.timeout)
 
 
 def worker(args):
@@ -186,7 +103,7 @@ def worker(args):
     has_rs_base = hasattr(dist, "reduce_scatter_tensor")
 
     for op in args.ops:
-        for nbytes in sizes(args.minbytes, args.maxbytes, args.stepfactor):
+        for nbytes in PC.sizes(args.minbytes, args.maxbytes, args.stepfactor):
             if op in ("allgather", "reduce_scatter"):
                 sendcount = max(1, nbytes // 4 // n)
                 count = sendcount * n
@@ -269,35 +186,11 @@ def worker(args):
                 call()
                 return time.perf_counter() - t0
 
-            warmup, iters = args.warmup, args.iters
-            t_est = 0.0
-            if warmup > 0:
-                t_est = max_all(once())
-                if args.budget > 0 and t_est > 0:
-                    warmup = min(warmup, 1 + int(0.25 * args.budget / t_est))
-                best = t_est
-                for _ in range(warmup - 1):
-                    best = min(best, once())
-                t_est = max_all(best)
-            if args.budget > 0:
-                if t_est <= 0:
-                    t_est = max_all(once())
-                iters = min(iters, int(args.budget / max(t_est, 1e-9)))
-                iters = max(iters, args.min_iters)
-
-            times = [once(last=(i == iters - 1)) for i in range(iters)]
+            times, warmup, iters = PC.timed(args, once, max_all)
             wrong = sum_all(check())
             med = max_all(statistics.median(times))
             if rank == 0:
-                factor = {"allreduce": 2.0 * (n - 1) / n, "allgather": (n - 1) / n,
-                          "reduce_scatter": (n - 1) / n, "broadcast": 1.0}[op]
-                algbw = nbytes / med / 1e9 if med > 0 else 0.0
-                print(json.dumps({
-                    "impl": args.impl, "op": op, "bytes": nbytes, "count": count,
-                    "dtype": "float32", "time_us": round(med * 1e6, 3),
-                    "algbw": float(f"{algbw:.6g}"), "busbw": float(f"{algbw * factor:.6g}"),
-                    "wrong": wrong, "iters": iters, "warmup": warmup, "np": n,
-                }), flush=True)
+                PC.print_row(args.impl, op, nbytes, count, med, n, wrong, iters, warmup)
             del prep, call, check
     dist.barrier()
     dist.destroy_process_group()
