@@ -3,7 +3,8 @@
 Horovod (hybrid model and data parallelism) on shoal: 2 partitions x 2
 replicas on 4 processes; the gradients of each partition are averaged over
 its replicas with hvd.allreduce, and the variables broadcast after the
-first batch with hvd.broadcast_variables.
+first batch with hvd.broadcast_variables (after the first step, not inside
+it as SageMaker's script does: see docs/tensorflow.md, known issues).
 
     SM_HP_MP_PARAMETERS='{"partitions": 2, "microbatches": 2, "horovod": true}' \\
         build/bin/shoalrun --standalone --nproc-per-node 4 examples/tensorflow/smp_tf2_hvd.py
@@ -92,11 +93,6 @@ def train_step(images, labels, first_batch):
     gradients, loss, predictions = get_grads(images, labels)
     gradients = [hvd.allreduce(g.accumulate()) for g in gradients]
     optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-    # SageMaker's script broadcasts inside `if first_batch:`; a Python bool keeps
-    # that branch out of the graph of the other batches (one trace per value).
-    if first_batch:
-        hvd.broadcast_variables(model.variables, root_rank=0)
-        hvd.broadcast_variables(optimizer.variables(), root_rank=0)
     train_loss(loss.reduce_mean())
     train_accuracy(labels, predictions.merge())
     return loss.reduce_mean()
@@ -116,6 +112,12 @@ for epoch in range(args.epochs):
         m.reset_state()
     for batch, (images, labels) in enumerate(train_ds):
         train_step(images, labels, epoch == 0 and batch == 0)
+        # SageMaker's script broadcasts inside train_step when first_batch; here
+        # it runs after the first step, eagerly (docs/tensorflow.md: inside the
+        # step it has been seen to overtake a gradient's allreduce on one rank).
+        if epoch == 0 and batch == 0:
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(optimizer.variables(), root_rank=0)
     for images, labels in test_ds:
         test_step(images, labels)
     if smp.rank() == 0:

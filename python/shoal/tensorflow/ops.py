@@ -194,6 +194,29 @@ def group_size(group: Optional[Group] = None) -> int:
     return size() if group is None else group.size()
 
 
+def _call(name: str, **kwargs):
+    """Runs op `name`. Inside a graph (tf.function) every shoal op also gets a
+    control dependency on the previous shoal op of that graph, so the order
+    the collectives need holds whatever TensorFlow's automatic control
+    dependencies decide for stateful ops (docs/tensorflow.md, "Ordering")."""
+    fn = getattr(_library(), name)
+    if tf.executing_eagerly():
+        return fn(**kwargs)
+    g = tf.compat.v1.get_default_graph()
+    last = getattr(g, "_shoal_last_op", None)
+    with tf.control_dependencies([last] if last is not None else []):
+        out = fn(**kwargs)
+    if isinstance(out, tf.Operation):
+        op = out
+    elif isinstance(out, tf.Tensor):
+        op = out.op
+    else:
+        first = next(iter(out), None) if out is not None else None
+        op = first.op if first is not None else last
+    g._shoal_last_op = op
+    return out
+
+
 def _gid(group: Optional[Group]) -> int:
     _need()
     group = group or _DEFAULT[0]
@@ -214,7 +237,7 @@ def allreduce_n(tensors: List[tf.Tensor], op: str = "average", group: Optional[G
     in buckets of up to fusion_bytes (one collective per bucket)."""
     if not tensors:
         return []
-    return _library().shoal_allreduce(tensors=list(tensors), reduce_op=_op(op), fusion_bytes=int(fusion_bytes),
+    return _call("shoal_allreduce", tensors=list(tensors), reduce_op=_op(op), fusion_bytes=int(fusion_bytes),
                                       group=_gid(group))
 
 
@@ -224,40 +247,40 @@ def allreduce(tensor, op: str = "average", group: Optional[Group] = None) -> tf.
 
 def allgather(tensor, group: Optional[Group] = None) -> tf.Tensor:
     """Every rank's tensor concatenated along the first dimension (which may differ)."""
-    return _library().shoal_allgather(tensor=tensor, group=_gid(group))
+    return _call("shoal_allgather", tensor=tensor, group=_gid(group))
 
 
 def broadcast(tensor, root_rank: int = 0, group: Optional[Group] = None) -> tf.Tensor:
-    return _library().shoal_broadcast(tensor=tensor, root=int(root_rank), group=_gid(group))
+    return _call("shoal_broadcast", tensor=tensor, root=int(root_rank), group=_gid(group))
 
 
 def alltoall(tensor, splits=None, group: Optional[Group] = None):
     """(received, received_splits): rows splits[k] go to rank k (equal parts when None)."""
     splits = tf.zeros([0], tf.int64) if splits is None else tf.cast(splits, tf.int64)
-    return _library().shoal_alltoall(tensor=tensor, splits=splits, group=_gid(group))
+    return _call("shoal_alltoall", tensor=tensor, splits=splits, group=_gid(group))
 
 
 def reduce_scatter(tensor, op: str = "average", group: Optional[Group] = None) -> tf.Tensor:
     """The reduction of every rank's tensor; rank k keeps part k of the first dimension."""
-    return _library().shoal_reduce_scatter(tensor=tensor, reduce_op=_op(op), group=_gid(group))
+    return _call("shoal_reduce_scatter", tensor=tensor, reduce_op=_op(op), group=_gid(group))
 
 
 def barrier(group: Optional[Group] = None) -> None:
-    _library().shoal_barrier(group=_gid(group))
+    _call("shoal_barrier", group=_gid(group))
 
 
 def send(tensor, peer: int, tag: int = 0, group: Optional[Group] = None) -> None:
-    _library().shoal_send(tensor=tensor, peer=tf.constant(int(peer), tf.int32), tag=tf.constant(int(tag), tf.int64),
+    _call("shoal_send", tensor=tensor, peer=tf.constant(int(peer), tf.int32), tag=tf.constant(int(tag), tf.int64),
                           group=_gid(group))
 
 
 def wait_sends(group: Optional[Group] = None) -> None:
     """Waits until the sends issued so far on the group have left (send returns once issued)."""
-    _library().shoal_wait_sends(group=_gid(group))
+    _call("shoal_wait_sends", group=_gid(group))
 
 
 def recv(peer: int, dtype, tag: int = 0, group: Optional[Group] = None) -> tf.Tensor:
-    return _library().shoal_recv(peer=tf.constant(int(peer), tf.int32), tag=tf.constant(int(tag), tf.int64),
+    return _call("shoal_recv", peer=tf.constant(int(peer), tf.int32), tag=tf.constant(int(tag), tf.int64),
                                  T=tf.as_dtype(dtype), group=_gid(group))
 
 
@@ -269,7 +292,7 @@ def _allreduce_grad(op, *grads):
     gid = op.get_attr("group")
     if kind in ("sum", "avg"):
         live = [i for i, g in enumerate(grads) if g is not None]
-        summed = _library().shoal_allreduce(tensors=[grads[i] for i in live], reduce_op=kind,
+        summed = _call("shoal_allreduce", tensors=[grads[i] for i in live], reduce_op=kind,
                                             fusion_bytes=op.get_attr("fusion_bytes"), group=gid) if live else []
         out = [None] * len(grads)
         for i, g in zip(live, summed):
@@ -281,7 +304,7 @@ def _allreduce_grad(op, *grads):
             if g is None:
                 out.append(None)
                 continue
-            s = _library().shoal_allreduce(tensors=[g], reduce_op="sum", group=gid)[0]
+            s = _call("shoal_allreduce", tensors=[g], reduce_op="sum", group=gid)[0]
             out.append(s * tf.cast(tf.equal(x, y), g.dtype))
         return out
     raise LookupError(f"shoal.tensorflow: allreduce with op {kind!r} has no gradient")
@@ -290,9 +313,9 @@ def _allreduce_grad(op, *grads):
 @tf.RegisterGradient("ShoalAllgather")
 def _allgather_grad(op, grad):
     gid = op.get_attr("group")
-    summed = _library().shoal_allreduce(tensors=[grad], reduce_op="sum", group=gid)[0]
+    summed = _call("shoal_allreduce", tensors=[grad], reduce_op="sum", group=gid)[0]
     rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
-    all_rows = _library().shoal_allgather(tensor=rows, group=gid)
+    all_rows = _call("shoal_allgather", tensor=rows, group=gid)
     me = _C.shoal_tf_group_rank(gid)
     start = tf.reduce_sum(all_rows[:me])
     return summed[start:start + rows[0]]
@@ -301,7 +324,7 @@ def _allgather_grad(op, grad):
 @tf.RegisterGradient("ShoalBroadcast")
 def _broadcast_grad(op, grad):
     gid = op.get_attr("group")
-    summed = _library().shoal_allreduce(tensors=[grad], reduce_op="sum", group=gid)[0]
+    summed = _call("shoal_allreduce", tensors=[grad], reduce_op="sum", group=gid)[0]
     if _C.shoal_tf_group_rank(gid) == op.get_attr("root"):
         return summed
     return tf.zeros_like(summed)
