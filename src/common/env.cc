@@ -22,11 +22,8 @@ const Knob kKnobs[] = {
      " would steal the core from the computation it overlaps). Auto: 200; when this host runs more"
      " ranks than it has cores (`LOCAL_WORLD_SIZE`, else the world size; revised from the "
      "topology), the spin gives the core away (`sched_yield`) between polls instead of holding it,"
-     " so the peer it waits for can run (bench/results/yield-spin); and a wait for a send or "
-     "receive yields between polls after 10 µs and chooses, by the wait times it measures (every "
-     "16th wait tries the other way), between spinning the 200 µs and spinning 4 µs then "
-     "sleeping: when other work shares the cores, the spin only keeps the peer from running "
-     "(bench/results/spin-under-load). An explicit value spins as given, without yielding."},
+     " so the peer it waits for can run (bench/results/yield-spin). An explicit value spins "
+     "without yielding."},
     {"SHOAL_SEGMENT_BYTES", "524288", nullptr,
      "Pipelining segment of large transfers (bench/results/segment-sweep)."},
     {"SHOAL_SOCKET_BUFFER", "4194304", nullptr,

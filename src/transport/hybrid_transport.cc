@@ -20,13 +20,6 @@ namespace {
 constexpr unsigned kNetEvery = 128;
 // A spinning wait reads the clock (~30 ns on a VM) this often.
 constexpr unsigned kClockEvery = 8;
-// Pure spinning before a wait polls with sched_yield (HybridTransport::wait).
-constexpr auto kSpinYieldAfter = std::chrono::microseconds(10);
-// A wait's choice between spinning spin_us_ and spinning kNapSpinUs then
-// sleeping (HybridTransport::wait): every kSpinProbeEvery-th wait tries the
-// way not in use, so both costs stay known.
-constexpr int kNapSpinUs = 4;
-constexpr unsigned kSpinProbeEvery = 16;
 }  // namespace
 
 HybridTransport::HybridTransport(std::unique_ptr<Channel> net, std::unique_ptr<Channel> local,
@@ -270,42 +263,19 @@ std::string HybridTransport::pending_summary(Request* const* reqs, size_t n) con
 void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
   check_broken();
   auto now = Clock::now();
-  // Spin the budget, or spin briefly and sleep: whichever has made waits
-  // shorter lately. On a quiet machine the peer answers within the spin; when
-  // other work shares the cores the spinning core is one the peer (or the
-  // work it competes with) could have had, and waits that sleep end sooner.
-  int way = 0;
-  const bool adapt = spin_adaptive_ && spin_us_ > kNapSpinUs;
-  if (adapt) {
-    way = wait_ns_[1] < wait_ns_[0] ? 1 : 0;
-    if (++waits_ % kSpinProbeEvery == 0) way = 1 - way;
-  }
-  const auto started = now;
-  const auto spin_until = now + std::chrono::microseconds(way ? kNapSpinUs : spin_us_);
-  // After a short pure spin, poll with sched_yield between looks (as the
-  // shared arena does): when other work shares the cores, the peer this
-  // wait needs may be queued behind this very core, and a pure spin would
-  // hold it for the whole budget before sleeping.
-  const auto yield_from = spin_adaptive_ ? now + kSpinYieldAfter : Clock::time_point::max();
+  const auto spin_until = now + std::chrono::microseconds(spin_us_);
   auto next_abort_check = now + std::chrono::milliseconds(opts_.abort_poll_ms);
   for (unsigned iter = 1;; ++iter) {
     bool all = true;
     for (size_t i = 0; i < n && all; ++i) all = reqs[i]->complete;
-    if (all) {
-      if (adapt && iter > 1) {
-        const double ns = static_cast<double>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
-        wait_ns_[way] = wait_ns_[way] == 0.0 ? ns : 0.875 * wait_ns_[way] + 0.125 * ns;
-      }
-      return;
-    }
+    if (all) return;
     if (iter % kClockEvery == 0) now = Clock::now();
     if (now >= deadline) {
       fail(live_.timed_out(pending_summary(reqs, n)));
     }
     if (poll_children()) continue;
     if (now < spin_until) {
-      if (spin_yield_ || now >= yield_from) sched_yield();
+      if (spin_yield_) sched_yield();
       continue;
     }
     now = Clock::now();

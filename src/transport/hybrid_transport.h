@@ -63,9 +63,6 @@ class HybridTransport final : public Transport {
   // Spin by yielding the core (sched_yield) instead of holding it: for more
   // ranks than cores, where the peer that will answer may need this core.
   void set_spin_yield(bool yield) { spin_yield_ = yield; }
-  // Let waits adapt how they spin (wait()): for the automatic spin; an
-  // explicit SHOAL_SPIN_US is spun as given.
-  void set_spin_adaptive(bool on) { spin_adaptive_ = on; }
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
@@ -104,11 +101,6 @@ class HybridTransport final : public Transport {
   unsigned polls_ = 0;
   int spin_us_ = 0;
   bool spin_yield_ = false;
-  bool spin_adaptive_ = false;
-  // How waits spin, chosen by what they cost (wait()): a smoothed wait time
-  // for spinning the full budget [0] and for a short spin then sleeping [1].
-  double wait_ns_[2] = {0.0, 0.0};
-  unsigned waits_ = 0;
   net::Fd epoll_fd_;
   net::Fd wake_fd_;
 };
