@@ -62,7 +62,12 @@ def test_ranks_from_mpirun():
     if os.geteuid() == 0:
         cmd[1:1] = ["--allow-run-as-root"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    results = [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    # mpirun forwards both ranks' output to one stream: two lines may share one
+    results, dec, at = [], json.JSONDecoder(), r.stdout.find("RESULT ")
+    while at >= 0:
+        obj, end = dec.raw_decode(r.stdout, at + len("RESULT "))
+        results.append(obj)
+        at = r.stdout.find("RESULT ", end)
     assert r.returncode == 0 and len(results) == 2, r.stdout[-3000:] + r.stderr[-3000:]
     results.sort(key=lambda x: x["rank"])
     assert len(assert_all_passed(results)) == 3
