@@ -78,16 +78,9 @@ def parse_args(argv=None):
     p = PC.parser(__doc__, "deepspeed-shm", "allreduce")
     p.add_argument("--build-only", action="store_true", help="JIT-build DeepSpeed's shm op and exit")
     a = p.parse_args(argv)
-    ops = []
-    for tok in a.ops.split(","):
-        tok = OP_ALIASES.get(tok.strip(), tok.strip())
-        if tok in OTHER_OPS:
-            p.error(f"{tok}: DeepSpeed's shared-memory path (inference_all_reduce) is allreduce "
-                    "only; its other collectives are plain torch.distributed (gloo here)")
-        if tok not in OPS:
-            p.error(f"unknown op {tok!r} (choose from {', '.join(OPS)})")
-        ops.append(tok)
-    a.ops = ops
+    a.ops = PC.parse_ops(p, a.ops, OPS, OP_ALIASES, lambda op: op in OTHER_OPS and (
+        f"{op}: DeepSpeed's shared-memory path (inference_all_reduce) is allreduce only; its other "
+        f"collectives are plain torch.distributed (gloo here)"))
     PC.check_sizes(p, a)
     if a.maxbytes >= 1 << 31:
         p.error("-e must be < 2 GiB (DeepSpeed's shm allreduce counts bytes in an int)")

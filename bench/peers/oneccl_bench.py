@@ -97,13 +97,7 @@ def parse_args(argv=None):
                    help="where the compiled program is cached")
     p.add_argument("--build-only", action="store_true", help="build, print the binary's path, exit")
     a = p.parse_args(argv)
-    ops = []
-    for tok in a.ops.split(","):
-        tok = OP_ALIASES.get(tok.strip(), tok.strip())
-        if tok not in OPS:
-            p.error(f"unknown op {tok!r} (choose from {', '.join(OPS)})")
-        ops.append(tok)
-    a.ops = ops
+    a.ops = PC.parse_ops(p, a.ops, OPS, OP_ALIASES)
     PC.check_sizes(p, a)
     a.minbytes_n, a.maxbytes_n = a.minbytes, a.maxbytes
     return a

@@ -55,6 +55,21 @@ def parser(doc, impl, ops_default):
     return p
 
 
+def parse_ops(p, text, ops, aliases, refuse=None):
+    """The --ops list, aliases resolved; p.error names an unknown op (or
+    refuse(op), when given, says why an op is not served)."""
+    out = []
+    for tok in text.split(","):
+        tok = aliases.get(tok.strip(), tok.strip())
+        why = refuse(tok) if refuse else None
+        if why:
+            p.error(why)
+        if tok not in ops:
+            p.error(f"unknown op {tok!r} (choose from {', '.join(ops)})")
+        out.append(tok)
+    return out
+
+
 def check_sizes(p, a):
     if a.stepfactor <= 1.0:
         p.error("-f must be > 1")

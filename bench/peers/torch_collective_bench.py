@@ -41,13 +41,7 @@ def parse_args(argv=None):
     p.add_argument("--import", dest="imports", action="append", default=[],
                    help="module to import before init (e.g. one that registers a backend)")
     a = p.parse_args(argv)
-    ops = []
-    for tok in a.ops.split(","):
-        tok = OP_ALIASES.get(tok.strip(), tok.strip())
-        if tok not in OPS:
-            p.error(f"unknown op {tok!r} (choose from {', '.join(OPS)})")
-        ops.append(tok)
-    a.ops = ops
+    a.ops = PC.parse_ops(p, a.ops, OPS, OP_ALIASES)
     PC.check_sizes(p, a)
     a.impl = a.impl or a.backend
     return a

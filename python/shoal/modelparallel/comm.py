@@ -15,36 +15,16 @@ Without tensor parallelism the MP group and the PP group are the same ranks.
 
 from __future__ import annotations
 
-import enum
 from typing import Any, List
 
 import torch.distributed as dist
 
 from . import transfer
+from ..mpcommon.groups import DP_GROUP, MP_GROUP, PP_GROUP, WORLD, CommGroup, RankType  # noqa: F401
 from ..mpcommon.errors import SMPValidationError
 from .state import require
 
 _USER_TAG = 11
-
-
-class CommGroup(enum.Enum):
-    WORLD = 0
-    MP_GROUP = 1
-    PP_GROUP = 1
-    DP_GROUP = 2
-
-
-class RankType(enum.Enum):
-    WORLD_RANK = 0
-    MP_RANK = 1
-    PP_RANK = 1
-    DP_RANK = 2
-
-
-WORLD = CommGroup.WORLD
-MP_GROUP = CommGroup.MP_GROUP
-PP_GROUP = CommGroup.PP_GROUP
-DP_GROUP = CommGroup.DP_GROUP
 
 
 # ----------------------------------------------------------------- ranks

@@ -14,7 +14,6 @@ never meet the pipeline's.
 
 from __future__ import annotations
 
-import enum
 import os
 import pickle
 import sys
@@ -23,7 +22,7 @@ from typing import Any, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from ... import mpcommon  # noqa: F401
+from ...mpcommon.groups import DP_GROUP, MP_GROUP, PP_GROUP, WORLD, CommGroup, RankType  # noqa: F401
 from ...mpcommon import config as C
 from ...mpcommon.errors import SMPConfigError, SMPValidationError
 from ...mpcommon.topology import Topology
@@ -194,21 +193,6 @@ def num_microbatches() -> int:
 
 # ----------------------------------------------------------------- Python objects
 
-class CommGroup(enum.Enum):
-    WORLD = 0
-    MP_GROUP = 1
-    PP_GROUP = 1
-    DP_GROUP = 2
-
-
-class RankType(enum.Enum):
-    WORLD_RANK = 0
-    MP_RANK = 1
-    PP_RANK = 1
-    DP_RANK = 2
-
-
-WORLD, MP_GROUP, PP_GROUP, DP_GROUP = CommGroup.WORLD, CommGroup.MP_GROUP, CommGroup.PP_GROUP, CommGroup.DP_GROUP
 _TAG = 3
 
 
