@@ -147,7 +147,7 @@ def main():
     model = smp.DistributedModel(model)
     optimizer = smp.DistributedOptimizer(optimizer)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=args.steps,
-                                                    pct_start=max(0.1, 3 / args.steps))
+                                                    pct_start=min(0.5, max(0.1, 3 / args.steps)))
 
     @smp.step
     def train_step(model, x, y):

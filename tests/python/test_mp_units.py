@@ -108,7 +108,7 @@ def test_placement_cluster_and_spread():
 
 # ----------------------------------------------------------------- schedules
 
-def _check_valid(parts, preds, sched, m, backward=True):
+def _check_valid(parts, preds, sched, m, backward=True, fc=None, bc=None):
     succs = collections.defaultdict(set)
     for s, ps in enumerate(preds):
         for p in ps:
@@ -120,7 +120,7 @@ def _check_valid(parts, preds, sched, m, backward=True):
             assert parts[t.seg] == w
             st = sched.start[t]
             assert st >= t_prev
-            cost = 1.0 if t.kind == "F" else 2.0
+            cost = (fc[t.seg] if fc else 1.0) if t.kind == "F" else (bc[t.seg] if bc else 2.0)
             end[t] = st + cost
             t_prev = end[t]
     for t, st in sched.start.items():
@@ -174,6 +174,32 @@ def test_random_segment_dags_schedule_validly():
                 sc = S.build(parts, preds, nparts, m, backward=backward, policy=policy,
                              active=rng.randint(1, 4))
                 _check_valid(parts, preds, sc, m, backward)
+        fc = [rng.uniform(0.1, 3) for _ in range(nseg)]
+        bc = [rng.uniform(0.1, 6) for _ in range(nseg)]
+        active = rng.randint(1, 4)
+        sc = S.best(parts, preds, nparts, m, active=active, fwd_cost=fc, bwd_cost=bc)
+        _check_valid(parts, preds, sc, m, True, fc, bc)
+        plain = S.build(parts, preds, nparts, m, active=active, fwd_cost=fc, bwd_cost=bc)
+        assert sc.makespan <= plain.makespan + 1e-9
+        span = {}                  # the in-flight limit holds for the schedule chosen
+        for t, st in sc.start.items():
+            end = st + (fc[t.seg] if t.kind == "F" else bc[t.seg])
+            a, b = span.get(t.mb, (st, end))
+            span[t.mb] = (min(a, st), max(b, end))
+        for a, _ in span.values():
+            assert sum(1 for x, y in span.values() if x <= a < y) <= active
+
+
+def test_measured_costs_reorder_a_model_that_returns_to_a_partition():
+    """GPT-2 with tied embeddings runs stage 0 -> 1 -> 0 (lm_head back on stage 0); with its
+    measured segment costs the chosen order finishes well before 1F1B's."""
+    parts, preds = [0, 1, 0], [[], [0], [1]]
+    fc, bc = [27, 44, 17], [36, 58, 30]           # ms per microbatch, measured on the 2-core VM
+    one_f_one_b = S.build(parts, preds, 2, 4, active=4, fwd_cost=fc, bwd_cost=bc)
+    sc = S.best(parts, preds, 2, 4, active=4, fwd_cost=fc, bwd_cost=bc)
+    _check_valid(parts, preds, sc, 4, True, fc, bc)
+    assert sc.makespan < 0.95 * one_f_one_b.makespan, (sc.makespan, one_f_one_b.makespan)
+    assert sc.makespan >= 4 * (27 + 36 + 17 + 30)   # partition 0's own work bounds it
 
 
 # ----------------------------------------------------------------- partitioning
@@ -211,6 +237,56 @@ def test_auto_partition_balances_and_keeps_tied_modules_together():
     assert pl.owner["head.weight"] == pl.owner["tok.weight"] == 0
     text = P.describe(gpt, pl, 2)
     assert "partition" in text and "tied: tok, head share a parameter: stage 0" in text, text
+
+
+class _DictOut(nn.Module):
+    """Returns a dict, so its own backward hooks cannot fire."""
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        return {"y": self.b(self.a(x).relu())}
+
+
+class _InPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x)
+        y.mul_(2)          # in place on a module's output: its backward cannot be hooked
+        return y.sum()
+
+
+def test_measure_counts_the_backward_and_leaves_no_trace():
+    """A training module's time is forward + backward; a module returning a dict gets its
+    children's backward; parameters' gradients and the RNG are as before; in eval mode, or
+    when a module modifies its output in place, the forward alone is measured."""
+    torch.manual_seed(0)
+    m = nn.Sequential(_DictOut())
+    x = torch.randn(4, 8, requires_grad=True)
+    m[0].a.weight.grad = torch.full_like(m[0].a.weight, 3.0)
+    rng = torch.get_rng_state()
+    costs = tracing.measure(m, (x,), {})
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert torch.equal(m[0].a.weight.grad, torch.full_like(m[0].a.weight, 3.0)) and m[0].b.weight.grad is None
+    a, b, top = costs["0.a"], costs["0.b"], costs["0"]
+    assert a.backward_seen and b.backward_seen and a.backward_s > 0 and b.backward_s > 0
+    assert not top.backward_seen and top.backward_s == pytest.approx(a.backward_s + b.backward_s)
+    assert top.time_s >= top.backward_s > 0 and x.grad is None
+    # token ids need no gradient: the embedding's backward (a dense 20 MB gradient) still counts
+    emb = nn.Sequential(nn.Embedding(20000, 256), nn.Linear(256, 4))
+    c = tracing.measure(emb, (torch.randint(0, 20000, (8, 16)),), {})
+    assert c["0"].backward_seen and c["0"].backward_s > 10 * c["1"].backward_s > 0
+    assert emb[0].weight.grad is None
+    m.eval()
+    assert all(c.backward_s == 0 for c in tracing.measure(m, (x,), {}).values())
+    ip = _InPlace()
+    costs = tracing.measure(ip, (torch.randn(2, 8),), {})
+    assert costs["lin"].calls == 1 and costs["lin"].backward_s == 0 and costs["lin"].time_s > 0
+    assert ip.lin.weight.grad is None
 
 
 def test_smp_partition_tags_modules_created_inside():

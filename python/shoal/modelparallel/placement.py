@@ -6,7 +6,8 @@ them are traced (graph.py) and their forward becomes glue code between units.
 
 Automatic (``auto_partition``, the default), on rank 0 at the first step:
 
-1. measure every module on one microbatch (tracing.py): forward time, output
+1. measure every module on one microbatch (tracing.py): its time (forward
+   and, when training, backward; the fastest of three runs), output
    (activation) bytes, parameter bytes;
 2. start from the children of the wrapped module and split any unit whose cost
    exceeds half a stage's share (or while there are fewer units than
@@ -115,6 +116,7 @@ class Placement:
     owner: Dict[str, int] = dataclasses.field(default_factory=dict)         # state_dict name -> partition
     replicated: List[str] = dataclasses.field(default_factory=list)         # glue buffers (on every rank)
     unit_cost: Dict[str, tuple] = dataclasses.field(default_factory=dict)   # unit -> (time_s, param B, act B)
+    unit_time: Dict[str, tuple] = dataclasses.field(default_factory=dict)   # unit -> (fwd s, bwd s) a call
 
     def local_names(self, pp_rank: int) -> List[str]:
         return [n for n, p in self.owner.items() if p == pp_rank]
@@ -280,6 +282,8 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
             continue
         pl = Placement(partitions, "auto", units, unit_part)
         pl.unit_cost = {u: (costs[u].time_s, pbytes[u], costs[u].act_bytes) for u in units}
+        pl.unit_time = {u: ((costs[u].time_s - costs[u].backward_s) / max(1, costs[u].calls),
+                            costs[u].backward_s / max(1, costs[u].calls)) for u in units}
         return pl, g
     raise SMPTraceError("smp: automatic partitioning did not converge")
 
@@ -383,7 +387,7 @@ def describe(root: torch.nn.Module, pl: Placement, microbatch: Optional[int] = N
     head = (f"smp: {type(root).__name__} split into {pl.partitions} partition(s) "
             f"({'automatic' if pl.mode == 'auto' else 'manual' if pl.mode == 'manual' else 'single stage'}"
             f"{f', measured on a microbatch of {microbatch}' if microbatch and pl.mode == 'auto' else ''})")
-    rows = [head, f"  {'stage':>5}  {'params':>10}  {'fwd time':>9}  {'memory':>9}  modules"]
+    rows = [head, f"  {'stage':>5}  {'params':>10}  {'time':>9}  {'memory':>9}  modules"]
     params = dict(root.named_parameters())
     for s in range(pl.partitions):
         units = [u for u in pl.units if pl.unit_part[u] == s]

@@ -175,11 +175,29 @@ class ModelRuntime:
         skey = (key, m, backward)
         sc = self.schedules.get(skey)
         if sc is None:
-            sc = S.build([seg.part for seg in plan.segments], [seg.preds for seg in plan.segments],
-                         cfg.partitions, m, backward=backward, policy=cfg.pipeline,
-                         active=cfg.active_microbatches)
+            parts, preds = [seg.part for seg in plan.segments], [seg.preds for seg in plan.segments]
+            costs = self.segment_costs(plan)
+            if costs is None:
+                sc = S.build(parts, preds, cfg.partitions, m, backward=backward, policy=cfg.pipeline,
+                             active=cfg.active_microbatches)
+            else:
+                sc = S.best(parts, preds, cfg.partitions, m, backward=backward, policy=cfg.pipeline,
+                            active=cfg.active_microbatches, fwd_cost=costs[0], bwd_cost=costs[1])
             self.schedules[skey] = sc
         return sc
+
+    def segment_costs(self, plan: stages.Plan) -> Optional[Tuple[List[float], List[float]]]:
+        """Each segment's forward and backward time per microbatch, from the units the
+        automatic partition measured (None without measurements: manual placement)."""
+        if not self.pl.unit_time or plan.graph is None:
+            return None
+        fwd, bwd = [], []
+        for seg in plan.segments:
+            calls = [self.pl.unit_time.get(n.target, (0.0, 0.0)) for n in seg.nodes if n.op == "call_module"]
+            fwd.append(sum(c[0] for c in calls))
+            bwd.append(sum(c[1] for c in calls))
+        floor = 1e-3 * max(fwd + bwd + [1e-9])   # glue-only segments: small, not free
+        return [max(f, floor) for f in fwd], [max(b, floor) for b in bwd]
 
     # ------------------------------------------------------------- parameters of segments
     def segment_params(self, plan: stages.Plan, seg: stages.Segment) -> List[torch.nn.Parameter]:

@@ -27,6 +27,15 @@ With p partitions in a chain and m microbatches both take (m + p - 1) slots of
 (forward + backward): the bubble, the idle fraction of each partition, is
 (p - 1) / (m + p - 1). 1F1B keeps at most min(m, p) microbatches' activations
 alive per partition instead of m.
+
+When the segments' real costs are known (``best``: the automatic partition
+measured them), the order matters beyond the chain: a model whose segments
+leave a partition and come back (GPT-2's tied ``lm_head`` runs on stage 0
+after stage 1) has partitions that feed each other, and which ready task goes
+first decides how long the other partition waits. ``best`` simulates the
+interleaved policy with every in-flight limit up to ``active`` and two orders
+among ready tasks (1F1B's, and the longest remaining path first), and keeps
+the shortest step, the fewest microbatches in flight on a tie.
 """
 
 from __future__ import annotations
@@ -63,8 +72,13 @@ def bubble_fraction(partitions: int, microbatches: int) -> float:
 
 def build(parts: Sequence[int], preds: Sequence[Sequence[int]], partitions: int, microbatches: int, *,
           backward: bool = True, policy: str = "interleaved", active: Optional[int] = None,
-          fwd_cost: Optional[Sequence[float]] = None, bwd_cost: Optional[Sequence[float]] = None) -> Schedule:
+          fwd_cost: Optional[Sequence[float]] = None, bwd_cost: Optional[Sequence[float]] = None,
+          priority: str = "1f1b") -> Schedule:
     """Simulates one step; see the module docstring.
+
+    priority (interleaved only): "1f1b", a ready backward first, then the
+    oldest microbatch; "critical", the task with the longest path of
+    remaining work after it first (a backward on a tie).
 
     parts[s]: the partition of segment s; preds[s]: the segments whose values s
     consumes (all smaller than s). Segments are numbered in a topological order.
@@ -72,6 +86,8 @@ def build(parts: Sequence[int], preds: Sequence[Sequence[int]], partitions: int,
     nseg = len(parts)
     if policy not in ("simple", "interleaved"):
         raise ValueError(f"unknown pipeline policy {policy!r}")
+    if priority not in ("1f1b", "critical"):
+        raise ValueError(f"unknown task priority {priority!r}")
     if microbatches < 1:
         raise ValueError("microbatches must be >= 1")
     for s, ps in enumerate(preds):
@@ -107,6 +123,13 @@ def build(parts: Sequence[int], preds: Sequence[Sequence[int]], partitions: int,
                 for c in succs[s]:
                     users.setdefault(Task("B", i, c), []).append(b)
 
+    # the longest path of work from the start of a task to the end of its microbatch
+    tail: Dict[Task, float] = {}
+    # a topological order: forwards by segment, then backwards by segment, reversed
+    for t in sorted(tasks, key=lambda q: (q.kind == "B", -q.seg if q.kind == "B" else q.seg), reverse=True):
+        own = fc[t.seg] if t.kind == "F" else bc[t.seg]
+        tail[t] = own + max((tail[u] for u in users.get(t, ())), default=0.0)
+
     per_mb = len(tasks) // microbatches if microbatches else 0
     ready: List[List[Task]] = [[] for _ in range(partitions)]
     for t in tasks:
@@ -132,9 +155,12 @@ def build(parts: Sequence[int], preds: Sequence[Sequence[int]], partitions: int,
             if bs and f_left[w] == 0:
                 return min(bs, key=lambda t: (t.mb, -t.seg))
             return None
+        fs = [t for t in fs if mb_started[t.mb] or in_flight < active]
+        if priority == "critical":
+            both = bs + fs
+            return max(both, key=lambda t: (tail[t], t.kind == "B", -t.mb)) if both else None
         if bs:
             return min(bs, key=lambda t: (t.mb, -t.seg))
-        fs = [t for t in fs if mb_started[t.mb] or in_flight < active]
         return min(fs, key=lambda t: (t.mb, t.seg)) if fs else None
 
     order: List[List[Task]] = [[] for _ in range(partitions)]
@@ -176,3 +202,24 @@ def build(parts: Sequence[int], preds: Sequence[Sequence[int]], partitions: int,
                 if deps[u] == 0:
                     ready[parts[u.seg]].append(u)
     return Schedule(order=order, start=start, makespan=now)
+
+
+def best(parts: Sequence[int], preds: Sequence[Sequence[int]], partitions: int, microbatches: int, *,
+         backward: bool = True, policy: str = "interleaved", active: Optional[int] = None,
+         fwd_cost: Sequence[float], bwd_cost: Sequence[float]) -> Schedule:
+    """The fastest schedule under the measured costs (module docstring): for
+    "interleaved", every in-flight limit 1..active and both priorities;
+    "simple" has one order."""
+    if policy == "simple" or not backward:
+        return build(parts, preds, partitions, microbatches, backward=backward, policy=policy,
+                     active=active, fwd_cost=fwd_cost, bwd_cost=bwd_cost)
+    limit = microbatches if active is None else max(1, min(active, microbatches))
+    found: Optional[Tuple[float, int, Schedule]] = None
+    for a in range(1, limit + 1):
+        for k, prio in enumerate(("1f1b", "critical")):
+            sc = build(parts, preds, partitions, microbatches, backward=True, policy=policy, active=a,
+                       fwd_cost=fwd_cost, bwd_cost=bwd_cost, priority=prio)
+            key = (sc.makespan * (1 - 1e-9), a)
+            if found is None or key < found[:2]:
+                found = (key[0], a, sc)
+    return found[2]
