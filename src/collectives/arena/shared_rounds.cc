@@ -37,15 +37,15 @@ size_t kernel_l3_bytes() {
 }  // namespace
 
 bool streams(size_t output_bytes, int ranks) {
-  static const size_t half_cache = [] {
+  static const size_t cache = [] {
     size_t l3 = kernel_l3_bytes();
     if (l3 == 0) {
       const long c = sysconf(_SC_LEVEL3_CACHE_SIZE);
       l3 = c > 0 ? static_cast<size_t>(c) : size_t{32} << 20;
     }
-    return l3 / 2;
+    return l3;
   }();
-  return output_bytes * static_cast<size_t>(ranks) >= half_cache;
+  return output_bytes * static_cast<size_t>(ranks) >= cache;
 }
 
 void copy_out(void* dst, const void* src, size_t n, bool stream) {

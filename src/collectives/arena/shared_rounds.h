@@ -24,7 +24,7 @@ inline constexpr size_t kSharedOnePhaseBytes = 32 << 10;
 
 // Whether an operation writes its output with non-temporal stores
 // (copy_stream in common/copy.h): when the outputs of the host's `ranks`
-// ranks, `output_bytes` each, fill half the last-level cache or more, they
+// ranks, `output_bytes` each, fill the last-level cache or more, they
 // do not stay cached along with the inputs anyway, and a normal store would
 // first read each line of the destination from memory (a third more
 // traffic; bench/results/copy-alignment).
