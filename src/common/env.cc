@@ -23,7 +23,9 @@ const Knob kKnobs[] = {
      " ranks than it has cores (`LOCAL_WORLD_SIZE`, else the world size; revised from the "
      "topology), the spin gives the core away (`sched_yield`) between polls instead of holding it,"
      " so the peer it waits for can run (bench/results/yield-spin). An explicit value spins "
-     "without yielding."},
+     "without yielding. A wait for messages (TCP, the shared-memory rings) yields between polls "
+     "that found nothing whatever the value: the peer may be queued on this core "
+     "(bench/peers/README.md)."},
     {"SHOAL_SEGMENT_BYTES", "524288", nullptr,
      "Pipelining segment of large transfers (bench/results/segment-sweep)."},
     {"SHOAL_SOCKET_BUFFER", "4194304", nullptr,

@@ -63,7 +63,6 @@ void CommunicatorImpl::abort(const std::string& reason) {
 
 void CommunicatorImpl::prepare(bool inline_caller) {
   hybrid_->set_spin_us(inline_caller ? spin_us_ : 0);
-  hybrid_->set_spin_yield(spin_yield());
 }
 
 void CommunicatorImpl::fail_inflight(std::exception_ptr cause) {

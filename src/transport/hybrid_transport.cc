@@ -275,7 +275,17 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     }
     if (poll_children()) continue;
     if (now < spin_until) {
-      if (spin_yield_) sched_yield();
+      // A spinning wait whose poll found nothing gives the core away
+      // (sched_yield, ~0.5 us here) before polling again. The peer it waits for
+      // may be queued behind it on this very core (the scheduler puts a woken rank
+      // beside its waker, and other work fills the other core): holding the core
+      // for the whole spin, the peer's answer came only once the spin ran out
+      // (~220 us for 8 B over TCP beside bursty load, in 4 starts of 5), yielding
+      // it comes as soon as the peer runs (8-17 us; bench/peers/README.md, "The
+      // spin under load"). With nothing else runnable here the yield returns at
+      // once, and a poll that moved data does not yield, so a transfer in full
+      // flow is not slowed.
+      sched_yield();
       continue;
     }
     now = Clock::now();

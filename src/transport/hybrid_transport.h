@@ -60,9 +60,6 @@ class HybridTransport final : public Transport {
   void poll_wait(Clock::time_point until) override;
   void wake() override;
   void set_spin_us(int us) override { spin_us_ = us; }
-  // Spin by yielding the core (sched_yield) instead of holding it: for more
-  // ranks than cores, where the peer that will answer may need this core.
-  void set_spin_yield(bool yield) { spin_yield_ = yield; }
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
@@ -100,7 +97,6 @@ class HybridTransport final : public Transport {
   std::atomic<bool> broken_flag_{false};
   unsigned polls_ = 0;
   int spin_us_ = 0;
-  bool spin_yield_ = false;
   net::Fd epoll_fd_;
   net::Fd wake_fd_;
 };
