@@ -2,11 +2,13 @@
 """GPT-2 from transformers through the pipeline: throughput against one process.
 
     .venv/bin/python bench/pipeline/bench_hf.py [--np 2] [--replicas 1] [--microbatches 4] [--layers 8]
-                                                [--width 256] [--breakdown]
+                                                [--width 256] [--memory-weight W] [--breakdown]
 
 Trains GPT2LMHeadModel (built from a config, random weights, tied embeddings,
 automatic partition) for --steps steps after --warmup, and reports samples/s:
-one plain process with 1 thread and with --np threads, then --np ranks of
+one plain process with 1 thread (before and after the pipeline, the mean is
+the baseline; a drift of more than 10% between them is flagged) and with
+--np threads, then --np ranks of
 smp (--np partitions, --microbatches microbatches, 1 thread each, interleaved
 schedule, --optimize speed by default: stages balanced by compute). The
 speedups are against the one-thread process; the schedule's ideal is
@@ -46,6 +48,9 @@ def args_():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--optimize", default="speed", choices=("speed", "memory"),
                    help="smp's optimize: speed balances the stages' compute (default), memory their memory")
+    p.add_argument("--memory-weight", type=float, default=None,
+                   help="smp's memory_weight (default: optimize's, 0.2 for speed): 0 balances the "
+                        "stages by measured time alone")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--mode", default="", help=argparse.SUPPRESS)
@@ -88,8 +93,11 @@ def pipelined(a):
     sys.path.insert(0, str(ROOT / "python"))
     import shoal.modelparallel as smp
     torch.set_num_threads(1)
-    smp.init({"partitions": a.np, "microbatches": a.microbatches, "pipeline": "interleaved",
-              "optimize": a.optimize, "ddp": a.replicas > 1})
+    cfg = {"partitions": a.np, "microbatches": a.microbatches, "pipeline": "interleaved",
+           "optimize": a.optimize, "ddp": a.replicas > 1}
+    if a.memory_weight is not None:
+        cfg["memory_weight"] = a.memory_weight
+    smp.init(cfg)
     from shoal.modelparallel import timeline
     per = a.batch // a.replicas
     torch.manual_seed(0)
@@ -144,7 +152,7 @@ def main():
         raise SystemExit(f"bench_hf: --batch {a.batch} does not divide into {a.replicas} replicas x "
                          f"{a.microbatches} microbatches")
     world = a.np * a.replicas
-    one, many = plain(a, 1), plain(a, a.np)
+    one_before, many = plain(a, 1), plain(a, a.np)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -159,10 +167,16 @@ def main():
         raise SystemExit("bench_hf: a rank failed:\n" + "\n".join(out))
     res = [next(json.loads(line[7:]) for line in o.splitlines() if line.startswith("RESULT ")) for o in out]
     sps = res[0]["pipeline"]
+    # the machine's speed drifts: the baseline again after the pipeline, and their mean
+    one_after = plain(a, 1)
+    one = (one_before + one_after) / 2
     p, m, r = a.np, a.microbatches, a.replicas
     print(f"GPT-2 ({a.layers} layers, width {a.width}, vocab {a.vocab}, seq {a.seq}, batch {a.batch}), "
-          f"{p} partitions x {m} microbatches x {r} replica(s), interleaved, optimize={a.optimize}:")
-    print(f"  one process, 1 thread : {one:7.2f} samples/s")
+          f"{p} partitions x {m} microbatches x {r} replica(s), interleaved, optimize={a.optimize}"
+          f"{'' if a.memory_weight is None else f', memory_weight={a.memory_weight}'}:")
+    drift = abs(one_after - one_before) / one
+    print(f"  one process, 1 thread : {one:7.2f} samples/s  (before {one_before:.2f}, after {one_after:.2f}"
+          f"{'; the machine drifted more than 10%: rerun' if drift > 0.10 else ''})")
     print(f"  one process, {p} threads: {many:7.2f} samples/s  ({many / one:.2f}x)")
     cores = os.cpu_count() or 1
     ideal = m / (m + p - 1) * p * r
