@@ -233,6 +233,9 @@ def test_auto_partition_balances_and_keeps_tied_modules_together():
     costs = tracing.measure(gpt, (idx,), {})
     pl, g = P.auto_placement(gpt, costs, 2, 0.5, G.bind(gpt, (idx,), {}))
     assert pl.unit_part["head"] == pl.unit_part["tok"] == 0
+    # the tied weight is memory once (with tok): the units' memory adds up to the model's
+    # parameters but pos (read by glue, in no unit)
+    assert sum(c[1] for c in pl.unit_cost.values()) == tracing.param_bytes(gpt) - gpt.pos.numel() * 4
     P.assign_owners(gpt, pl, g, 0)
     assert pl.units[0] == "tok" and pl.owner["pos"] == pl.unit_part[pl.units[1]]   # the unit read after it
     assert pl.owner["head.weight"] == pl.owner["tok.weight"] == 0

@@ -16,7 +16,8 @@ Automatic (``auto_partition``, the default), on rank 0 at the first step:
 3. order the units by execution and cut the sequence into ``partitions``
    contiguous pieces minimising the largest stage cost (dynamic programming),
    where a unit's cost is ``(1 - w) * time share + w * memory share`` with
-   ``w = memory_weight`` and memory = parameter bytes + activation bytes;
+   ``w = memory_weight`` and memory = parameter bytes + activation bytes (a
+   parameter that units share counts once, with the first of them);
 4. modules that share a parameter (tied weights) go to the partition of the
    first of them, even if that makes a partition non-contiguous, and step 3's
    cut is chosen with that constraint applied (split_with_ties), so the
@@ -269,7 +270,21 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
             for pid in _unit_params(root, u):
                 sharers.setdefault(pid, []).append(i)
         ties = _merge_ties(list(sharers.values()))
-        stage = split_with_ties([cost(u) for u in units], partitions, ties)
+        # a shared parameter is memory once, on its stage: counted with the first unit holding it
+        seen: set = set()
+        ubytes: Dict[str, int] = {}
+        for u in units:
+            ubytes[u] = 0
+            for p in (root.get_submodule(u) if u else root).parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    ubytes[u] += p.numel() * p.element_size()
+        unit_m = sum(ubytes[u] + costs[u].act_bytes for u in units) or 1.0
+
+        def unit_cost(u: str) -> float:
+            return (1 - memory_weight) * costs[u].time_s / total_t + \
+                memory_weight * (ubytes[u] + costs[u].act_bytes) / unit_m
+        stage = split_with_ties([unit_cost(u) for u in units], partitions, ties)
         unit_part = dict(zip(units, stage))
         try:
             g = G.trace(root, units, call_args)
@@ -281,7 +296,7 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
             keep_whole.add(e.module)
             continue
         pl = Placement(partitions, "auto", units, unit_part)
-        pl.unit_cost = {u: (costs[u].time_s, pbytes[u], costs[u].act_bytes) for u in units}
+        pl.unit_cost = {u: (costs[u].time_s, ubytes[u], costs[u].act_bytes) for u in units}
         pl.unit_time = {u: ((costs[u].time_s - costs[u].backward_s) / max(1, costs[u].calls),
                             costs[u].backward_s / max(1, costs[u].calls)) for u in units}
         return pl, g
