@@ -295,7 +295,7 @@ def test_measure_counts_the_backward_and_leaves_no_trace():
     x = torch.randn(4, 8, requires_grad=True)
     m[0].a.weight.grad = torch.full_like(m[0].a.weight, 3.0)
     rng = torch.get_rng_state()
-    costs = tracing.measure(m, (x,), {})
+    costs = tracing.measure(m, (x,), {}, repeats=1)    # one measured run: the sums are exact
     assert torch.equal(torch.get_rng_state(), rng)
     assert torch.equal(m[0].a.weight.grad, torch.full_like(m[0].a.weight, 3.0)) and m[0].b.weight.grad is None
     a, b, top = costs["0.a"], costs["0.b"], costs["0"]
