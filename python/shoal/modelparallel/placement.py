@@ -239,9 +239,9 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
     total_t = sum(costs[u].time_s for u in _called_children("", costs, root)) or 1.0
     total_m = sum(pbytes[u] + costs[u].act_bytes for u in _called_children("", costs, root)) or 1.0
 
-    def cost(u: str) -> float:
+    def cost(u: str, mem: Dict[str, int] = pbytes, mem_total: float = total_m) -> float:
         return (1 - memory_weight) * costs[u].time_s / total_t + \
-            memory_weight * (pbytes[u] + costs[u].act_bytes) / total_m
+            memory_weight * (mem[u] + costs[u].act_bytes) / mem_total
 
     for _attempt in range(64):
         units = _called_children("", costs, root)
@@ -271,20 +271,10 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
                 sharers.setdefault(pid, []).append(i)
         ties = _merge_ties(list(sharers.values()))
         # a shared parameter is memory once, on its stage: counted with the first unit holding it
-        seen: set = set()
-        ubytes: Dict[str, int] = {}
-        for u in units:
-            ubytes[u] = 0
-            for p in (root.get_submodule(u) if u else root).parameters():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    ubytes[u] += p.numel() * p.element_size()
+        counted: set = set()
+        ubytes = {u: param_bytes(root.get_submodule(u) if u else root, counted) for u in units}
         unit_m = sum(ubytes[u] + costs[u].act_bytes for u in units) or 1.0
-
-        def unit_cost(u: str) -> float:
-            return (1 - memory_weight) * costs[u].time_s / total_t + \
-                memory_weight * (ubytes[u] + costs[u].act_bytes) / unit_m
-        stage = split_with_ties([unit_cost(u) for u in units], partitions, ties)
+        stage = split_with_ties([cost(u, ubytes, unit_m) for u in units], partitions, ties)
         unit_part = dict(zip(units, stage))
         try:
             g = G.trace(root, units, call_args)

@@ -64,8 +64,10 @@ def _nbytes(obj: Any) -> int:
     return 0
 
 
-def param_bytes(module: torch.nn.Module) -> int:
-    seen, total = set(), 0
+def param_bytes(module: torch.nn.Module, seen: Optional[set] = None) -> int:
+    """The bytes of the module's parameters, each once; with `seen` (ids, updated),
+    only those not counted before."""
+    seen, total = (set() if seen is None else seen), 0
     for p in module.parameters():
         if id(p) not in seen:
             seen.add(id(p))

@@ -123,12 +123,14 @@ def build(parts: Sequence[int], preds: Sequence[Sequence[int]], partitions: int,
                 for c in succs[s]:
                     users.setdefault(Task("B", i, c), []).append(b)
 
-    # the longest path of work from the start of a task to the end of its microbatch
+    # "critical": the longest path of work from the start of a task to the end of
+    # its microbatch, over the tasks in reverse topological order (forwards by
+    # segment, then backwards by decreasing segment, the whole reversed)
     tail: Dict[Task, float] = {}
-    # a topological order: forwards by segment, then backwards by segment, reversed
-    for t in sorted(tasks, key=lambda q: (q.kind == "B", -q.seg if q.kind == "B" else q.seg), reverse=True):
-        own = fc[t.seg] if t.kind == "F" else bc[t.seg]
-        tail[t] = own + max((tail[u] for u in users.get(t, ())), default=0.0)
+    if priority == "critical":
+        for t in sorted(tasks, key=lambda q: (q.kind == "B", -q.seg if q.kind == "B" else q.seg), reverse=True):
+            own = fc[t.seg] if t.kind == "F" else bc[t.seg]
+            tail[t] = own + max((tail[u] for u in users.get(t, ())), default=0.0)
 
     per_mb = len(tasks) // microbatches if microbatches else 0
     ready: List[List[Task]] = [[] for _ in range(partitions)]
@@ -214,12 +216,11 @@ def best(parts: Sequence[int], preds: Sequence[Sequence[int]], partitions: int, 
         return build(parts, preds, partitions, microbatches, backward=backward, policy=policy,
                      active=active, fwd_cost=fwd_cost, bwd_cost=bwd_cost)
     limit = microbatches if active is None else max(1, min(active, microbatches))
-    found: Optional[Tuple[float, int, Schedule]] = None
-    for a in range(1, limit + 1):
-        for k, prio in enumerate(("1f1b", "critical")):
+    found: Optional[Schedule] = None
+    for a in range(1, limit + 1):   # fewer in flight first: a later one must be strictly faster
+        for prio in ("1f1b", "critical"):
             sc = build(parts, preds, partitions, microbatches, backward=True, policy=policy, active=a,
                        fwd_cost=fwd_cost, bwd_cost=bwd_cost, priority=prio)
-            key = (sc.makespan * (1 - 1e-9), a)
-            if found is None or key < found[:2]:
-                found = (key[0], a, sc)
-    return found[2]
+            if found is None or sc.makespan < found.makespan * (1 - 1e-9):
+                found = sc
+    return found
