@@ -12,8 +12,10 @@ breaks its communicator), so it comes last. Prints one RESULT line
 import datetime
 import os
 import sys
+import tempfile
 import time
 
+import torch
 import torch.distributed as dist
 
 import shoal.torch  # noqa: F401
@@ -39,7 +41,30 @@ def main():
     store = dist.distributed_c10d._get_default_store()
     pg = dist.group.WORLD
     one_second = dist.new_group(backend="shoal", timeout=datetime.timedelta(seconds=1))
+    fresh = dist.new_group(backend="shoal")
     dist.barrier()
+
+    def late_rank_leaves_stderr_clean():
+        # The others wait 0.6 s for rank 0 in the group's first collective,
+        # which sets up the shared-memory arena through torch's store: that
+        # wait must not make torch's store client log its timeouts.
+        if RANK == 0:
+            time.sleep(0.6)  # being late is the condition under test
+        t = torch.ones(1 << 16)
+        with tempfile.TemporaryFile("w+") as err:
+            saved = os.dup(2)
+            os.dup2(err.fileno(), 2)
+            try:
+                dist.all_reduce(t, group=fresh)
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            err.seek(0)
+            text = err.read()
+        assert t[0].item() == WS, t[0].item()
+        assert "[c10d]" not in text, text[:2000]
+
+    c.run("a rank late to the first collective leaves stderr clean", late_rank_leaves_stderr_clean)
 
     if RANK == 0:
         def zero_is_zero():

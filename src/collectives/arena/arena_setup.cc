@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shoal/error.h"
@@ -15,13 +16,15 @@ namespace {
 // Waits for `key`, which rank `who` publishes during its own set-up, until
 // `deadline`; fails like any wait of a collective: on an abort, another
 // rank's published cause, `who`'s exit, or the deadline (naming who).
+// It polls with check() (1 ms, doubling to 50 ms) rather than waiting in
+// short slices: torch's TCPStore client logs a warning for every wait that
+// times out, which would fill stderr while a late rank is still computing.
 void await_key(const SetupParams& p, const std::string& key, int who, Clock::time_point deadline) {
+  auto pause = std::chrono::milliseconds(1);
   for (;;) {
-    try {
-      p.store.wait({key}, std::chrono::milliseconds(100));
-      return;
-    } catch (const TimeoutError&) {
-    }
+    if (p.store.check({key})) return;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
     if (auto e = p.live.broken()) std::rethrow_exception(e);
     if (auto e = p.live.check_abort(deadline)) std::rethrow_exception(e);
     if (auto e = p.live.peer_gone(who)) std::rethrow_exception(e);
