@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/pipeline/bench_hf.py [--np 2] [--replicas 1] [--microbatches 4] [--layers 8]
                                                 [--width 256] [--memory-weight W] [--breakdown]
+    .venv/bin/python bench/pipeline/bench_hf.py --per-sample [--batch 32]
 
 Trains GPT2LMHeadModel (built from a config, random weights, tied embeddings,
 automatic partition) for --steps steps after --warmup, and reports samples/s:
@@ -13,8 +14,10 @@ smp (--np partitions, --microbatches microbatches, 1 thread each, interleaved
 schedule, --optimize speed by default: stages balanced by compute). The
 speedups are against the one-thread process; the schedule's ideal is
 m / (m + p - 1) x p for p equal stages. With --replicas R, R pipelines of
---np partitions each (np x R ranks) train on batch / R samples each, their
-gradients averaged by smp's data parallelism.
+--np partitions each (np x R ranks) train on --batch samples each, as smp's
+data-parallel ranks each load their own batch, their gradients averaged by
+smp's data parallelism; the one-process baselines train on the whole R x
+--batch.
 
 --breakdown records smp's timeline over the timed steps and prints, per rank,
 where a step's time goes: forward and backward compute, waits in receives,
@@ -45,12 +48,15 @@ def args_():
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--batch", type=int, default=16, help="samples per step of each pipeline replica")
     p.add_argument("--optimize", default="speed", choices=("speed", "memory"),
                    help="smp's optimize: speed balances the stages' compute (default), memory their memory")
     p.add_argument("--memory-weight", type=float, default=None,
                    help="smp's memory_weight (default: optimize's, 0.2 for speed): 0 balances the "
                         "stages by measured time alone")
+    p.add_argument("--per-sample", action="store_true",
+                   help="only measure one process's forward + backward per sample for each microbatch size "
+                        "up to --batch (what smaller microbatches cost a core)")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--mode", default="", help=argparse.SUPPRESS)
@@ -66,9 +72,11 @@ def model(a):
 
 
 def batches(a):
+    """The global batches: --batch samples for each replica."""
     import torch
     g = torch.Generator().manual_seed(0)
-    return [torch.randint(0, a.vocab, (a.batch, a.seq), generator=g) for _ in range(a.steps + a.warmup)]
+    return [torch.randint(0, a.vocab, (a.batch * a.replicas, a.seq), generator=g)
+            for _ in range(a.steps + a.warmup)]
 
 
 def plain(a, threads):
@@ -85,7 +93,33 @@ def plain(a, threads):
         opt.step()
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
-    return a.batch / statistics.median(times)
+    return a.batch * a.replicas / statistics.median(times)
+
+
+def per_sample(a):
+    """One thread's forward + backward per sample when --batch samples run in
+    microbatches of 1, 2, 4, ... --batch: fastest of 3 passes after one warm-up."""
+    import torch
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    m = model(a)
+    x = batches(a)[0][:a.batch]
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b <= a.batch and a.batch % b == 0]
+    out = {}
+    for b in sizes:
+        best = float("inf")
+        for rep in range(4):
+            t0 = time.perf_counter()
+            for i in range(0, a.batch, b):
+                m(input_ids=x[i:i + b], labels=x[i:i + b], use_cache=False).loss.backward()
+            if rep:
+                best = min(best, time.perf_counter() - t0)
+        out[b] = 1e3 * best / a.batch
+    m.zero_grad()
+    print(f"GPT-2 ({a.layers} layers, width {a.width}, vocab {a.vocab}, seq {a.seq}), one process, 1 thread, "
+          f"forward + backward of {a.batch} samples:")
+    for b, ms in out.items():
+        print(f"  microbatches of {b:3d}: {ms:6.2f} ms per sample ({ms / out[sizes[-1]]:.2f}x the whole batch's)")
 
 
 def pipelined(a):
@@ -99,7 +133,6 @@ def pipelined(a):
         cfg["memory_weight"] = a.memory_weight
     smp.init(cfg)
     from shoal.modelparallel import timeline
-    per = a.batch // a.replicas
     torch.manual_seed(0)
     m = smp.DistributedModel(model(a))
     opt = smp.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01))
@@ -115,7 +148,7 @@ def pipelined(a):
             timeline.enable()
         t0 = time.perf_counter()
         opt.zero_grad()
-        step(m, x[smp.dp_rank() * per:(smp.dp_rank() + 1) * per])
+        step(m, x[smp.dp_rank() * a.batch:(smp.dp_rank() + 1) * a.batch])
         opt.step()
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
@@ -124,7 +157,7 @@ def pipelined(a):
     parts = breakdown(timeline.events(), sum(times) / len(times)) if a.breakdown else None
     if parts is not None:
         parts = {"pp": smp.pp_rank(), "dp": smp.dp_rank(), **parts}
-    return a.batch / t.item(), parts
+    return a.batch * a.replicas / t.item(), parts
 
 
 CATEGORIES = (("forward", "F "), ("backward", "B "), ("recv wait", "recv "), ("send start", "send "),
@@ -148,9 +181,11 @@ def main():
         sps, parts = pipelined(a)
         print("RESULT " + json.dumps({"pipeline": sps, "parts": parts}), flush=True)
         return
-    if a.batch % (a.replicas * a.microbatches):
-        raise SystemExit(f"bench_hf: --batch {a.batch} does not divide into {a.replicas} replicas x "
-                         f"{a.microbatches} microbatches")
+    if a.per_sample:
+        per_sample(a)
+        return
+    if a.batch % a.microbatches:
+        raise SystemExit(f"bench_hf: --batch {a.batch} does not divide into {a.microbatches} microbatches")
     world = a.np * a.replicas
     one_before, many = plain(a, 1), plain(a, a.np)
     with socket.socket() as s:
@@ -171,7 +206,8 @@ def main():
     one_after = plain(a, 1)
     one = (one_before + one_after) / 2
     p, m, r = a.np, a.microbatches, a.replicas
-    print(f"GPT-2 ({a.layers} layers, width {a.width}, vocab {a.vocab}, seq {a.seq}, batch {a.batch}), "
+    batch = f"batch {a.batch}" if r == 1 else f"batch {a.batch} per replica, {a.batch * r} in all"
+    print(f"GPT-2 ({a.layers} layers, width {a.width}, vocab {a.vocab}, seq {a.seq}, {batch}), "
           f"{p} partitions x {m} microbatches x {r} replica(s), interleaved, optimize={a.optimize}"
           f"{'' if a.memory_weight is None else f', memory_weight={a.memory_weight}'}:")
     drift = abs(one_after - one_before) / one
