@@ -44,6 +44,13 @@ const Knob kKnobs[] = {
      "in several rounds). Rounded up to 4 KiB; 4096 to 1073741824, or `0` to turn the arena off "
      "(the message-based algorithms are used instead). `SHOAL_SHM=0` turns it off too. See "
      "[transports.md](transports.md), \"The shared arena\"."},
+    {"SHOAL_SHM_STREAM", "auto", nullptr,
+     "How a rank writes its arena slots in rounds of 256 KiB and more per rank: `auto` times its "
+     "rounds written through the cache and streamed (non-temporal stores; a probe round of each "
+     "kind in every 64, the others the cheaper way) and streams while the cache costs twice as "
+     "much, which it does where the cores share no cache (other core complexes or sockets, or a "
+     "VM's CPUs placed apart); `0` always through the cache; `1` always streamed. See "
+     "[algorithms.md](algorithms.md), \"Where the cores are\"."},
     {"SHOAL_DEVICE_CHUNK_BYTES", "4194304", nullptr,
      "torch backend, GPU tensors: an all_reduce larger than this moves through host memory in "
      "pieces of this size, each copied down, reduced across ranks and copied back while the next "

@@ -118,6 +118,7 @@ class CommunicatorImpl final : public core::Runner {
   coll::Tuning tuning_;
   size_t arena_bytes_ = 0;       // SHOAL_SHM_ARENA_BYTES (0: no arena)
   std::string shm_mode_ = "1";   // SHOAL_SHM, checked once (init_common)
+  coll::arena::SlotStores::Mode slot_stores_ = coll::arena::SlotStores::Mode::kAuto;  // SHOAL_SHM_STREAM
   auth::Secret secret_;          // root: the job's secret (proofs of the arena's members)
   int spin_us_ = 0;              // busy-poll budget of a caller driving inline
   bool spin_auto_ = false;       // spin_us_ was derived, not set (spin_yield())

@@ -223,7 +223,7 @@ coll::arena::HostArena* CommunicatorImpl::arena(Clock::duration timeout) {
   arena_checked_ = true;
   if (size_ < 2 || arena_bytes_ == 0 || topo_.nhosts() != 1) return nullptr;
   coll::arena::SetupParams p{*store_, *live_, rank_, size_, uid_, root_->secret_, arena_bytes_, shm_mode_ == "1",
-                             spin_us_, spin_yield()};
+                             spin_us_, spin_yield(), slot_stores_};
   std::string report;
   arena_ = coll::arena::set_up(p, Clock::now() + timeout, &report);
   observer_->info(label_ + ": " + report);

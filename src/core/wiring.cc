@@ -35,6 +35,12 @@ void CommunicatorImpl::init_common() {
     throw InvalidArgument("SHOAL_SHM: '" + shm_mode_ + "' is not one of 1, copy, 0");
   }
   if (shm_mode_ != "0") arena_bytes_ = static_cast<size_t>(arena);
+  const std::string stream = env::get("SHOAL_SHM_STREAM").value();
+  if (stream != "auto" && stream != "0" && stream != "1") {
+    throw InvalidArgument("SHOAL_SHM_STREAM: '" + stream + "' is not one of auto, 0, 1");
+  }
+  using Mode = coll::arena::SlotStores::Mode;
+  slot_stores_ = stream == "auto" ? Mode::kAuto : stream == "1" ? Mode::kStreamed : Mode::kCached;
 
   int spin = opts_.spin_us;
   if (spin < 0) spin = static_cast<int>(env::get_int("SHOAL_SPIN_US").value_or(-1));

@@ -3,7 +3,7 @@
 // sleeping path, who gets them by default, and their failures: a timeout
 // and an abort inside a round, a forced algorithm without an arena, and a
 // rank killed mid-round (named by every survivor within 2 s, nothing left
-// in /dev/shm).
+// in /dev/shm); and how a rank writes its slots (SlotStores).
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -135,6 +136,24 @@ TEST(Arena, SmallRoundsAroundTheInlineSizes) {
 
 // With no spinning every wait goes to sleep on the peer's counter and is
 // woken by its arrival: the futex path, over many operations.
+// Rounds of a full 1 MiB slot (more than SlotStores::kMinBytes per rank),
+// with the slots always streamed, and with the choice measured (rounds
+// through the cache and streamed probes mixed), at counts that cut the slot
+// into uneven slices.
+void every_collective_in_large_rounds(const char* stream) {
+  JobOptions jo;
+  jo.env["SHOAL_SHM_STREAM"] = stream;
+  auto res = run_ranks(3, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    for (size_t count : {size_t{131072 * 2 + 4099}, size_t{65536 + 11}, size_t{131072 * 3 + 7}}) {
+      check_every_collective<double>(*c, me, 3, count, f64, static_cast<int>(count % 3), v);
+    }
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+}
+
+TEST(Arena, EveryCollectiveInLargeStreamedRounds) { every_collective_in_large_rounds("1"); }
+TEST(Arena, EveryCollectiveInLargeMeasuredRounds) { every_collective_in_large_rounds("auto"); }
+
 TEST(Arena, EveryCollectiveThroughTheSleepingPath) { every_collective_in_many_rounds(4, {{"SHOAL_SPIN_US", "0"}}); }
 
 // Every rank on one CPU: each wait finds its peer on its own CPU, yields it
@@ -286,6 +305,67 @@ TEST(Arena, KilledRankIsNamedByEverySurvivor) {
     c.allreduce(&x, &x, 1, f32, ReduceOp::kMax, shared())->wait();
   }, "peer lost: rank 1");
   EXPECT_EQ(dev_shm(), shm_before) << "files left in /dev/shm";
+}
+
+// SlotStores (slot_stores.h): which rounds probe which way, and how the
+// rounds' times move the choice, one slow round not enough, each size class
+// on its own.
+TEST(SlotStores, ProbesBothWaysAndFollowsTheCheaper) {
+  using coll::arena::SlotStores;
+  constexpr size_t big = SlotStores::kMinBytes, bigger = 4 * big;
+  constexpr uint64_t P = SlotStores::kProbeEvery;
+  SlotStores s;
+  std::vector<int> streamed;  // the rounds written streamed, of the first 3 probe periods
+  for (uint64_t k = 0; k < 3 * P; ++k) {
+    EXPECT_FALSE(s.begin(big - 1));  // small rounds: never streamed, never counted
+    if (s.begin(big)) streamed.push_back(static_cast<int>(k));
+    s.note(big, false, 0.03, false);  // (cheaper through the cache: probes only)
+  }
+  EXPECT_EQ(streamed, (std::vector<int>{3, 5, P / 2, P + P / 2, 2 * P + P / 2}));
+
+  auto cheaper_cache = [&](int rounds) {  // the cores share a cache
+    for (int i = 0; i < rounds; ++i) s.note(big, false, 0.03, false);
+  };
+  s.note(big, true, 0.05, true);
+  EXPECT_FALSE(s.streaming(big));
+  s.note(big, true, 0.05, true);  // (two samples of each way from here on)
+  cheaper_cache(20);
+  EXPECT_FALSE(s.streaming(big));
+  s.note(big, false, 0.45, false);  // one slow round (preempted)
+  EXPECT_FALSE(s.streaming(big));
+  cheaper_cache(20);
+  int rounds = 0;
+  while (!s.streaming(big) && rounds < 40) {  // the cores drift apart: every round dearer
+    s.note(big, false, 0.45, false);
+    ++rounds;
+  }
+  EXPECT_TRUE(s.streaming(big));
+  EXPECT_GE(rounds, 2);
+  EXPECT_LE(rounds, 4);
+  EXPECT_FALSE(s.begin(big));  // (round 3P of the class: a probe through the cache)
+  EXPECT_TRUE(s.begin(big));
+  EXPECT_FALSE(s.streaming(big - 1));
+  EXPECT_FALSE(s.streaming(bigger));  // another class keeps its own estimates
+  EXPECT_FALSE(s.begin(bigger));
+  s.note(big, false, 0.03, true);  // one probe finds them close again: half way back
+  EXPECT_TRUE(s.streaming(big));
+  s.note(big, false, 0.03, true);
+  s.note(big, false, 0.03, true);
+  EXPECT_FALSE(s.streaming(big));
+
+  SlotStores fresh;  // a first probe that ran slow does not decide alone
+  fresh.note(big, false, 0.09, true);
+  fresh.note(big, true, 0.05, true);
+  fresh.note(big, false, 0.03, true);
+  fresh.note(big, true, 0.05, true);
+  EXPECT_FALSE(fresh.streaming(big));
+
+  SlotStores fixed;
+  fixed.set_mode(SlotStores::Mode::kStreamed);
+  EXPECT_TRUE(fixed.begin(big));
+  EXPECT_FALSE(fixed.begin(big - 1));
+  fixed.set_mode(SlotStores::Mode::kCached);
+  for (uint64_t k = 0; k < P; ++k) EXPECT_FALSE(fixed.begin(big));
 }
 
 // shoal::copy, which every slot copy goes through, copies exactly like

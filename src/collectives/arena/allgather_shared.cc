@@ -25,12 +25,13 @@ void allgather_shared(Ctx& c, const Args& a) {
     return;
   }
   auto& arena = arena_of(c, Coll::kAllgather);
+  auto& stores = arena.stores();
   const size_t per_round = slot_elems(arena, es);
   const bool stream = streams(a.count * es * static_cast<size_t>(n), n);
   for (size_t off = 0; off < a.count; off += per_round) {
     const size_t len = std::min(per_round, a.count - off);
     c.begin_round();
-    copy(arena.slot(me, len * es), mine + off * es, len * es);
+    copy_out(arena.slot(me, len * es), mine + off * es, len * es, stores.begin(len * es));
     arena.arrive(1);
     if (mine != own_block) copy_out(own_block + off * es, mine + off * es, len * es, stream);
     arena.wait_all(1, c.lazy_deadline());
@@ -38,6 +39,7 @@ void allgather_shared(Ctx& c, const Args& a) {
       if (q == me) continue;
       copy_out(out + (a.count * static_cast<size_t>(q) + off) * es, arena.slot(q, len * es), len * es, stream);
     }
+    stores.end();
   }
 }
 

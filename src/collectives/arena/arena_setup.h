@@ -35,6 +35,7 @@ struct SetupParams {
   bool reads = true;          // try single-copy reads (SHOAL_SHM=1)
   int spin_us = 0;
   bool spin_yield = false;
+  SlotStores::Mode stores = SlotStores::Mode::kAuto;  // SHOAL_SHM_STREAM
 };
 
 // Every rank of the communicator calls it at the same point (its first

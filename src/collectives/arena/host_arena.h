@@ -50,6 +50,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/arena/slot_stores.h"
 #include "transport/liveness.h"
 #include "transport/transport.h"
 
@@ -112,6 +113,8 @@ class HostArena {
   int rank() const { return rank_; }
   int size() const { return size_; }
   size_t slot_bytes() const { return slot_bytes_; }
+  // How this rank writes its slots (slot_stores.h).
+  SlotStores& stores() { return stores_; }
 
   // Starts the next round of operation `seq` (every rank passes the same
   // `seq` and `fp`; a peer that does not is a Mismatch once seen).
@@ -175,6 +178,7 @@ class HostArena {
   int cpu_ = -1;  // the CPU this rank began its current round on
   int same_cpu_waits_ = 0;  // waits in a row that found the peer on cpu_ (< 0: after a move)
   bool reads_ = false;
+  SlotStores stores_;
   transport::Liveness* live_ = &transport::Liveness::none();
   int abort_poll_ms_ = 250;
 };

@@ -93,6 +93,7 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
     return;
   }
   auto& arena = arena_of(c, coll);
+  auto& stores = arena.stores();
   const size_t per_round = slot_elems(arena, es);
   const bool stream = streams(a.count * es, n);
   RankPtrs srcs(n), slice(n);
@@ -101,10 +102,10 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
     char* dst = out + off * es;
     c.begin_round();
     for (int q = 0; q < n; ++q) srcs[q] = arena.slot(q, len * es);
-    copy(arena.slot(me, len * es), in + off * es, len * es);
+    copy_out(arena.slot(me, len * es), in + off * es, len * es, stores.begin(len * es));
     arena.arrive(1);
     arena.wait_all(1, c.lazy_deadline());
-    if (len * es * static_cast<size_t>(n) <= kSharedOnePhaseBytes) {
+    if (len * es * static_cast<size_t>(n) <= kSharedOnePhaseBytes) {  // (not a timed round: too small)
       if (wants) reduce_all(a, dst, srcs.data(), n, len);
       continue;
     }
@@ -116,12 +117,16 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
     }
     reduce_all(a, own, slice.data(), n, mine.len);
     arena.arrive(2);
-    if (!wants) continue;
+    if (!wants) {
+      stores.end();
+      continue;
+    }
     arena.wait_all(2, c.lazy_deadline());
     for (int q = 0; q < n; ++q) {
       const patterns::Range b = patterns::block(len, n, q);
       copy_out(dst + b.off * es, srcs[q] + b.off * es, b.len * es, stream);
     }
+    stores.end();
   }
 }
 

@@ -1,0 +1,85 @@
+"""The cores' distance, measured around every run of bench/compare.
+
+bench/core_rtt.c times a cache line's round trip between the first CPU and
+each other one. On a VM it follows the host's placement of the virtual CPUs:
+on the 2-vCPU EPYC VM the round trip is 50-60 ns most of the time and
+310-350 ns in windows of several seconds, when the two vCPUs sit on different
+core complexes. In those windows every transfer of data one core has just
+written to the other costs several times more, which slows shared-memory
+collectives that pass data through caches (shoal's arena slots, Open MPI's
+shared FIFO) by 3-4x while single-copy reads of clean buffers barely change.
+bench/compare runs the probe before and after each command and names the
+starts that met far cores, so a slow start can be told from a slow library.
+"""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "bench" / "core_rtt.c"
+BIN = ROOT / "build" / "bench" / "core_rtt"
+FAR = 2.0  # a start is on far cores when a round trip took FAR x the fastest seen in the run
+
+
+def build():
+    """The probe's path, compiled if missing or stale; (None, why) if it cannot be."""
+    if BIN.exists() and BIN.stat().st_mtime >= SRC.stat().st_mtime:
+        return BIN, None
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None, "no C compiler (cc) found"
+    BIN.parent.mkdir(parents=True, exist_ok=True)
+    tmp = BIN.with_name(f".core_rtt.{os.getpid()}.tmp")
+    cmd = [cc, "-O2", "-pthread", "-o", str(tmp), str(SRC)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        return None, f"{shlex.join(cmd)} failed: {r.stderr.strip()[-400:]}"
+    os.replace(tmp, BIN)
+    return BIN, None
+
+
+def measure(binary):
+    """The slowest pair's round trip in ns, or None (one CPU, or the probe failed)."""
+    if binary is None:
+        return None
+    try:
+        out = subprocess.run([str(binary), "--rounds", "5000"], capture_output=True, text=True, timeout=10)
+        res = json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return res["max_ns"] if out.returncode == 0 and res.get("pairs") else None
+
+
+def far_starts(runs):
+    """(fastest round trip seen, [(impl, start, ns)] of the runs that met far cores)."""
+    seen = [ns for rec in runs for ns in rec.get("core_rtt_ns") or () if ns]
+    if not seen:
+        return None, []
+    fastest = min(seen)
+    far = []
+    for rec in runs:
+        worst = max((ns for ns in rec.get("core_rtt_ns") or () if ns), default=0)
+        if worst > FAR * fastest:
+            far.append((rec["impl"], rec.get("start", 0), worst))
+    return fastest, far
+
+
+def note(runs):
+    """A results.md line: the round trips seen and the runs taken on far cores."""
+    fastest, far = far_starts(runs)
+    if fastest is None:
+        return None
+    every = [ns for rec in runs for ns in rec.get("core_rtt_ns") or () if ns]
+    line = (f"- cores' distance (a cache line's round trip between the CPUs, bench/core_rtt.c, "
+            f"before and after each run): {fastest:.0f}-{max(every):.0f} ns; ")
+    if not far:
+        return line + "no run met far cores"
+    return line + (f"runs on far cores (a round trip over {FAR:g}x the fastest: cache-to-cache "
+                   f"transfers several times slower, so shared-memory times are too): "
+                   + ", ".join(f"{impl}" + (f" start {s}" if s else "") + f" ({ns:.0f} ns)"
+                               for impl, s, ns in far))

@@ -1,0 +1,54 @@
+// collectives/arena/slot_stores.cc — SlotStores (slot_stores.h).
+#include "collectives/arena/slot_stores.h"
+
+#include <algorithm>
+
+namespace shoal::coll::arena {
+
+int SlotStores::size_class(size_t bytes) {
+  int c = 0;
+  for (size_t b = kMinBytes * 2; b <= bytes && c < kClasses - 1; b *= 2) ++c;
+  return c;
+}
+
+bool SlotStores::begin(size_t bytes) {
+  timing_ = bytes >= kMinBytes && mode_ != Mode::kCached;
+  if (!timing_) return false;
+  if (mode_ == Mode::kStreamed) {
+    timing_ = false;
+    return true;
+  }
+  Class& cl = classes_[size_class(bytes)];
+  const uint64_t k = cl.rounds++, phase = k % kProbeEvery;
+  if (k < 2) {  // the first rounds in each slot pay page faults and cold lines: not timed
+    timing_ = false;
+    return false;
+  }
+  // Rounds 2-5 probe through the cache, streamed, cached, streamed: two
+  // samples of each before the first choice.
+  probe_ = phase == 0 || phase == kProbeEvery / 2 || k < 6;
+  streamed_ = !probe_ ? cl.streaming : k < 6 ? k % 2 == 1 : phase != 0;
+  bytes_ = bytes;
+  t0_ = std::chrono::steady_clock::now();
+  return streamed_;
+}
+
+void SlotStores::end() {
+  if (!timing_) return;
+  timing_ = false;
+  const std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0_;
+  note(bytes_, streamed_, dt.count() / static_cast<double>(bytes_), probe_);
+}
+
+void SlotStores::note(size_t bytes, bool streamed, double ns_per_byte, bool probe) {
+  Class& cl = classes_[size_class(bytes)];
+  // A preempted round may take a thousand times its due: one round counts
+  // as at most 4x the estimate, so that it takes a run of them to flip.
+  double& e = cl.est[streamed];
+  e = cl.samples[streamed]++ == 0 ? ns_per_byte : e + (probe ? 0.5 : 0.125) * (std::min(ns_per_byte, 4 * e) - e);
+  if (cl.samples[0] < 2 || cl.samples[1] < 2) return;  // not enough to compare yet
+  if (!cl.streaming && cl.est[0] > kEnter * cl.est[1]) cl.streaming = true;
+  if (cl.streaming && cl.est[0] < kLeave * cl.est[1]) cl.streaming = false;
+}
+
+}  // namespace shoal::coll::arena
