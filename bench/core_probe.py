@@ -55,28 +55,16 @@ def measure(binary):
     return res["max_ns"] if out.returncode == 0 and res.get("pairs") else None
 
 
-def far_starts(runs):
-    """(fastest round trip seen, [(impl, start, ns)] of the runs that met far cores)."""
-    seen = [ns for rec in runs for ns in rec.get("core_rtt_ns") or () if ns]
-    if not seen:
-        return None, []
-    fastest = min(seen)
-    far = []
-    for rec in runs:
-        worst = max((ns for ns in rec.get("core_rtt_ns") or () if ns), default=0)
-        if worst > FAR * fastest:
-            far.append((rec["impl"], rec.get("start", 0), worst))
-    return fastest, far
-
-
 def note(runs):
     """A results.md line: the round trips seen and the runs taken on far cores."""
-    fastest, far = far_starts(runs)
-    if fastest is None:
+    worst = [(rec, max((ns for ns in rec.get("core_rtt_ns") or () if ns), default=0)) for rec in runs]
+    seen = [ns for rec in runs for ns in rec.get("core_rtt_ns") or () if ns]
+    if not seen:
         return None
-    every = [ns for rec in runs for ns in rec.get("core_rtt_ns") or () if ns]
+    fastest = min(seen)
+    far = [(rec["impl"], rec.get("start", 0), ns) for rec, ns in worst if ns > FAR * fastest]
     line = (f"- cores' distance (a cache line's round trip between the CPUs, bench/core_rtt.c, "
-            f"before and after each run): {fastest:.0f}-{max(every):.0f} ns; ")
+            f"before and after each run): {fastest:.0f}-{max(seen):.0f} ns; ")
     if not far:
         return line + "no run met far cores"
     return line + (f"runs on far cores (a round trip over {FAR:g}x the fastest: cache-to-cache "

@@ -115,7 +115,6 @@ def per_sample(a):
             if rep:
                 best = min(best, time.perf_counter() - t0)
         out[b] = 1e3 * best / a.batch
-    m.zero_grad()
     print(f"GPT-2 ({a.layers} layers, width {a.width}, vocab {a.vocab}, seq {a.seq}), one process, 1 thread, "
           f"forward + backward of {a.batch} samples:")
     for b, ms in out.items():

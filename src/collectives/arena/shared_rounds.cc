@@ -117,14 +117,12 @@ void reduce_in_rounds(Ctx& c, const Args& a, Coll coll, int root) {
     }
     reduce_all(a, own, slice.data(), n, mine.len);
     arena.arrive(2);
-    if (!wants) {
-      stores.end();
-      continue;
-    }
-    arena.wait_all(2, c.lazy_deadline());
-    for (int q = 0; q < n; ++q) {
-      const patterns::Range b = patterns::block(len, n, q);
-      copy_out(dst + b.off * es, srcs[q] + b.off * es, b.len * es, stream);
+    if (wants) {
+      arena.wait_all(2, c.lazy_deadline());
+      for (int q = 0; q < n; ++q) {
+        const patterns::Range b = patterns::block(len, n, q);
+        copy_out(dst + b.off * es, srcs[q] + b.off * es, b.len * es, stream);
+      }
     }
     stores.end();
   }

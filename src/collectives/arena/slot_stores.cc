@@ -12,22 +12,22 @@ int SlotStores::size_class(size_t bytes) {
 }
 
 bool SlotStores::begin(size_t bytes) {
-  timing_ = bytes >= kMinBytes && mode_ != Mode::kCached;
-  if (!timing_) return false;
-  if (mode_ == Mode::kStreamed) {
-    timing_ = false;
-    return true;
-  }
+  timing_ = false;
+  if (bytes < kMinBytes || mode_ == Mode::kCached) return false;
+  if (mode_ == Mode::kStreamed) return true;
   Class& cl = classes_[size_class(bytes)];
   const uint64_t k = cl.rounds++, phase = k % kProbeEvery;
-  if (k < 2) {  // the first rounds in each slot pay page faults and cold lines: not timed
-    timing_ = false;
-    return false;
-  }
+  if (k < 2) return false;  // the first round in each slot pays page faults and cold lines: not timed
   // Rounds 2-5 probe through the cache, streamed, cached, streamed: two
   // samples of each before the first choice.
-  probe_ = phase == 0 || phase == kProbeEvery / 2 || k < 6;
-  streamed_ = !probe_ ? cl.streaming : k < 6 ? k % 2 == 1 : phase != 0;
+  const bool early = k < 6;
+  probe_ = early || phase == 0 || phase == kProbeEvery / 2;
+  if (!probe_) {
+    streamed_ = cl.streaming;
+  } else {
+    streamed_ = early ? k % 2 == 1 : phase != 0;
+  }
+  timing_ = true;
   bytes_ = bytes;
   t0_ = std::chrono::steady_clock::now();
   return streamed_;
@@ -45,7 +45,11 @@ void SlotStores::note(size_t bytes, bool streamed, double ns_per_byte, bool prob
   // A preempted round may take a thousand times its due: one round counts
   // as at most 4x the estimate, so that it takes a run of them to flip.
   double& e = cl.est[streamed];
-  e = cl.samples[streamed]++ == 0 ? ns_per_byte : e + (probe ? 0.5 : 0.125) * (std::min(ns_per_byte, 4 * e) - e);
+  if (cl.samples[streamed]++ == 0) {
+    e = ns_per_byte;
+  } else {
+    e += (probe ? 0.5 : 0.125) * (std::min(ns_per_byte, 4 * e) - e);
+  }
   if (cl.samples[0] < 2 || cl.samples[1] < 2) return;  // not enough to compare yet
   if (!cl.streaming && cl.est[0] > kEnter * cl.est[1]) cl.streaming = true;
   if (cl.streaming && cl.est[0] < kLeave * cl.est[1]) cl.streaming = false;
