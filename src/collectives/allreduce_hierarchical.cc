@@ -62,10 +62,7 @@ void allreduce_hierarchical(Ctx& c, const Args& a) {
   const patterns::Range shard = patterns::block(a.count, L, patterns::rs_owned_block(j, L));
   char* sp = out + shard.off * a.elem();
   // 2. Allreduce of the shard across hosts (in place in `out`).
-  ring_reduce_scatter(c, xg, a, sp, sp, shard.len, step);
-  step += ring_steps(c, xg, shard.len, a.elem());
-  ring_allgather(c, xg, a, sp, shard.len, step);
-  step += ring_steps(c, xg, shard.len, a.elem());
+  step += ring_allreduce(c, xg, a, sp, sp, shard.len, step);
   // 3. Allgather inside the host.
   ring_allgather(c, lg, a, out, a.count, step);
 }

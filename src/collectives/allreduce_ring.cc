@@ -29,8 +29,7 @@ void allreduce_ring(Ctx& c, const Args& a) {
   }
   const std::vector<int> ranks = all_ranks(n);
   RingGroup g{ranks.data(), n, c.rank()};
-  ring_reduce_scatter(c, g, a, out, in, a.count, 0);
-  ring_allgather(c, g, a, out, a.count, ring_steps(c, g, a.count, a.elem()));
+  ring_allreduce(c, g, a, out, in, a.count, 0);
 }
 
 }  // namespace shoal::coll

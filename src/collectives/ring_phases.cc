@@ -42,6 +42,17 @@ void wait_all(Ctx& c, Request* rs, size_t n) {
   c.wait_all(all.get(), n);
 }
 
+// Reduce-scatter; with `forward`, each segment of the owned block is sent on
+// to the next rank as soon as it is reduced (the allgather's first step, at
+// steps forward_step0 + k), while it is still in this core's cache.
+void reduce_scatter_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
+                          size_t count, uint32_t step0, Request* forward, uint32_t forward_step0);
+
+// Allgather; with `sent`, the first step's sends were posted by
+// reduce_scatter_phase (one request per segment) and are waited for here.
+void allgather_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
+                     uint32_t step0, Request* sent);
+
 }  // namespace
 
 std::vector<int> all_ranks(int n) {
@@ -57,6 +68,29 @@ uint32_t ring_steps(Ctx& c, const RingGroup& g, size_t count, size_t elem) {
 
 void ring_reduce_scatter(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
                          size_t count, uint32_t step0) {
+  reduce_scatter_phase(c, g, a, out, in, count, step0, nullptr, 0);
+}
+
+void ring_allgather(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
+                    uint32_t step0) {
+  allgather_phase(c, g, a, out, count, step0, nullptr);
+}
+
+uint32_t ring_allreduce(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
+                        size_t count, uint32_t step0) {
+  const uint32_t steps = ring_steps(c, g, count, a.elem());
+  if (g.size == 1) return 0;
+  // One request per segment of a block: the allgather's first step.
+  std::unique_ptr<Request[]> first(new Request[steps / static_cast<uint32_t>(g.size - 1)]);
+  reduce_scatter_phase(c, g, a, out, in, count, step0, first.get(), step0 + steps);
+  allgather_phase(c, g, a, out, count, step0 + steps, first.get());
+  return 2 * steps;
+}
+
+namespace {
+
+void reduce_scatter_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
+                          size_t count, uint32_t step0, Request* forward, uint32_t forward_step0) {
   const int n = g.size, r = g.me;
   if (n == 1) return;
   const size_t es = a.elem();
@@ -99,13 +133,16 @@ void ring_reduce_scatter(Ctx& c, const RingGroup& g, const Args& a, char* out, c
     if (s + 1 < steps) {
       c.isend(rsend[static_cast<size_t>(s + 1) * nseg + k], next, tag(s + 1, k), out + s_.off * es,
               s_.len * es);
+    } else if (forward) {
+      c.isend(forward[k], next, forward_step0 + static_cast<uint32_t>(k), out + s_.off * es,
+              s_.len * es);
     }
   }
   wait_all(c, rsend.get(), static_cast<size_t>(total));
 }
 
-void ring_allgather(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
-                    uint32_t step0) {
+void allgather_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
+                     uint32_t step0, Request* sent) {
   const int n = g.size, r = g.me;
   if (n == 1) return;
   const size_t es = a.elem();
@@ -126,11 +163,13 @@ void ring_allgather(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t
               s_.len * es);
     }
   }
-  {
+  // The first step's sends: posted here, or already by the reduce-scatter.
+  Request* first = sent ? sent : asend.get();
+  if (!sent) {
     const int b = patterns::ag_send_block(r, n, 0);
     for (int k = 0; k < nseg; ++k) {
       Range s_ = L.seg(b, k);
-      c.isend(asend[k], next, tag(0, k), out + s_.off * es, s_.len * es);
+      c.isend(first[k], next, tag(0, k), out + s_.off * es, s_.len * es);
     }
   }
   for (int s = 0; s < steps; ++s) {
@@ -144,7 +183,9 @@ void ring_allgather(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t
       }
     }
   }
-  wait_all(c, asend.get(), total);
+  wait_all(c, first, static_cast<size_t>(nseg));
+  wait_all(c, asend.get() + nseg, total - static_cast<size_t>(nseg));
 }
 
+}  // namespace
 }  // namespace shoal::coll

@@ -43,4 +43,11 @@ void ring_reduce_scatter(Ctx& c, const RingGroup& g, const Args& a, char* out, c
 void ring_allgather(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
                     uint32_t step0);
 
+// Allreduce: ring_reduce_scatter then ring_allgather, fused: a segment of
+// the owned block leaves for the next rank as soon as it is reduced, while it
+// is still in this core's cache, instead of after the whole reduce-scatter.
+// Uses steps [step0, step0 + 2 * ring_steps(...)); returns that count.
+uint32_t ring_allreduce(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
+                        size_t count, uint32_t step0);
+
 }  // namespace shoal::coll
