@@ -123,12 +123,13 @@ bool is_self_connected(int fd) {
 
 // One non-blocking connect attempt bounded by `deadline`. Returns the socket or
 // an invalid Fd with *err set.
-Fd try_connect(const addrinfo* ai, Clock::time_point deadline, int* err) {
+Fd try_connect(const addrinfo* ai, Clock::time_point deadline, const std::string& congestion, int* err) {
   Fd s(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
   if (!s) {
     *err = errno;
     return Fd();
   }
+  if (!congestion.empty()) set_congestion(s.get(), congestion);  // best-effort
   if (::connect(s.get(), ai->ai_addr, ai->ai_addrlen) == 0) return s;
   if (errno != EINPROGRESS && errno != EINTR) {
     *err = errno;
@@ -256,7 +257,8 @@ uint16_t bound_port(int fd) {
   throw InternalError("net: fd " + std::to_string(fd) + " is not an IP socket");
 }
 
-Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline, Refused refused) {
+Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline, Refused refused,
+               const std::string& congestion) {
   const std::string addr = join_host_port(host, port);
   const auto start = Clock::now();
   milliseconds backoff(10);
@@ -269,7 +271,7 @@ Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadlin
         // Bound each attempt so that one black-holed address does not starve the others.
         auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(10));
         int err = 0;
-        Fd s = try_connect(ai, attempt_deadline, &err);
+        Fd s = try_connect(ai, attempt_deadline, congestion, &err);
         if (s && is_self_connected(s.get())) {
           s.reset();
           err = ECONNREFUSED;
@@ -343,6 +345,50 @@ void set_nodelay(int fd) {
 void set_buffer_sizes(int fd, int bytes) {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+bool within_host(int fd) {
+  sockaddr_storage me{}, peer{};
+  socklen_t ml = sizeof(me), pl = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&me), &ml) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0 || me.ss_family != peer.ss_family) {
+    return false;
+  }
+  if (peer.ss_family == AF_INET) {
+    const in_addr a = reinterpret_cast<const sockaddr_in*>(&me)->sin_addr;
+    const in_addr b = reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr;
+    return (ntohl(b.s_addr) >> 24) == 127 || a.s_addr == b.s_addr;
+  }
+  if (peer.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&me)->sin6_addr;
+    const in6_addr& b = reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&b) || std::memcmp(&a, &b, sizeof(a)) == 0) return true;
+    return IN6_IS_ADDR_V4MAPPED(&b) && b.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+int set_congestion(int fd, const std::string& name) {
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.c_str(), static_cast<socklen_t>(name.size())) != 0) {
+    return errno;
+  }
+  return 0;
+}
+
+std::string default_congestion() { return read_trimmed("/proc/sys/net/ipv4/tcp_congestion_control"); }
+
+std::string congestion_refusal(const std::string& name) {
+  Fd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!probe) return "no TCP socket to try it on: " + errno_text(errno);
+  const int err = set_congestion(probe.get(), name);
+  if (err == 0) return "";
+  std::string allowed = read_trimmed("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
+  std::string available = read_trimmed("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  const std::string what = err == ENOENT ? "this kernel has no such algorithm"
+                           : err == EPERM ? "not permitted to this process"
+                                          : errno_text(err);
+  return what + " (the host allows " + (allowed.empty() ? "?" : allowed) + " to every process and has " +
+         (available.empty() ? "?" : available) + ")";
 }
 
 // ---- transfers -------------------------------------------------------------------

@@ -49,9 +49,10 @@ enum class Refused { kRetry, kFinal };
 // kFinal: then PeerLost at once), ENETUNREACH and timeouts with a short
 // backoff until `deadline`, then throws TimeoutError naming host:port and the
 // last errno; other errors throw shoal::Error at once. The returned socket is
-// blocking with TCP_NODELAY set.
+// blocking with TCP_NODELAY set, and with congestion control `congestion`
+// (set before connecting, best-effort) unless that is empty.
 Fd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline,
-               Refused refused = Refused::kRetry);
+               Refused refused = Refused::kRetry, const std::string& congestion = "");
 
 // Accepts one connection (blocking unless the listener is non-blocking; returns
 // an invalid Fd on EAGAIN or when the pending connection was already aborted).
@@ -62,6 +63,23 @@ void set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);  // best-effort (ignored on non-TCP sockets)
 // Best-effort: large socket buffers for bulk transfer.
 void set_buffer_sizes(int fd, int bytes);
+
+// Whether both ends of a connected TCP socket are this host's own network
+// stack: a loopback peer, or the same address at both ends (a connection to
+// one of this host's own addresses, which the kernel carries over loopback).
+// False when it cannot tell (e.g. the connection is already gone).
+bool within_host(int fd);
+// Sets the socket's congestion control (TCP_CONGESTION); 0 or the errno.
+// Set before a connection is made (on the connecting socket, or on the
+// listener for the connections it accepts), a controller that does not pace
+// keeps the connection unpaced; one switched to after the connection began
+// leaves the pacing of the one before (BBR's) in place.
+int set_congestion(int fd, const std::string& name);
+// The host's default congestion control ("" if unknown).
+std::string default_congestion();
+// Whether this process may set congestion control `name` on its sockets: ""
+// if so, else why not (naming what the host allows).
+std::string congestion_refusal(const std::string& name);
 
 // Blocking-with-deadline full transfers on a (possibly non-blocking) socket;
 // use poll() internally. Return false on EOF/connection reset (peer gone),

@@ -11,6 +11,7 @@
 
 #include "common/auth.h"
 #include "common/env.h"
+#include "common/net.h"
 #include "common/process.h"
 #include "core/communicator_impl.h"
 #include "core/errors.h"
@@ -38,6 +39,14 @@ void CommunicatorImpl::init_common() {
   const std::string stream = env::get("SHOAL_SHM_STREAM").value();
   if (stream != "auto" && stream != "0" && stream != "1") {
     throw InvalidArgument("SHOAL_SHM_STREAM: '" + stream + "' is not one of auto, 0, 1");
+  }
+  const std::string congestion = env::get("SHOAL_TCP_CONGESTION").value();
+  if (congestion != "auto" && congestion != "system") {
+    const std::string why = net::congestion_refusal(congestion);
+    if (!why.empty()) {
+      throw InvalidArgument("SHOAL_TCP_CONGESTION: '" + congestion + "' cannot be set on this rank's sockets: " + why +
+                            "; use one of those, auto or system");
+    }
   }
   using Mode = coll::arena::SlotStores::Mode;
   slot_stores_ = stream == "auto" ? Mode::kAuto : stream == "1" ? Mode::kStreamed : Mode::kCached;
@@ -99,6 +108,7 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
   t.secret = w.secret;
   t.bind_host = opts.advertise_host;
   t.socket_buffer = static_cast<int>(env::get_int("SHOAL_SOCKET_BUFFER").value());
+  t.congestion = env::get("SHOAL_TCP_CONGESTION").value();
   t.connect_timeout = opts.timeout;
   t.liveness = &live;
   auto tcp = std::make_unique<transport::tcp::TcpTransport>(std::move(t));

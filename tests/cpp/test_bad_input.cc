@@ -487,7 +487,10 @@ TEST(BadInput, BadEnvironmentKnobsAreNamed) {
   for (const Case& k : {Case{"SHOAL_SHM", "maybe", "SHOAL_SHM: 'maybe'"},
                         Case{"SHOAL_TIMEOUT_S", "0", "SHOAL_TIMEOUT_S: must be > 0"},
                         Case{"SHOAL_ALGO", "allreduce=nope", "SHOAL_ALGO: unknown algorithm 'nope'"},
-                        Case{"SHOAL_SEGMENT_BYTES", "0", "SHOAL_SEGMENT_BYTES: must be > 0"}}) {
+                        Case{"SHOAL_SEGMENT_BYTES", "0", "SHOAL_SEGMENT_BYTES: must be > 0"},
+                        Case{"SHOAL_TCP_CONGESTION", "no-such-cc",
+                             "SHOAL_TCP_CONGESTION: 'no-such-cc' cannot be set on this rank's sockets: this "
+                             "kernel has no such algorithm"}}) {
     setenv(k.var, k.value, 1);
     std::string other;
     std::string msg = invalid_argument_of([&] { Communicator::create(store, 0, 2); }, &other);

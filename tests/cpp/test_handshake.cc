@@ -4,11 +4,15 @@
 // events (answers, EOF), never sleeps.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/auth.h"
 #include "common/net.h"
@@ -93,8 +97,9 @@ struct AcceptingRank {
   transport::tcp::TcpTransport* tcp = nullptr;  // owned by t
   std::unique_ptr<transport::HybridTransport> t;  // the engine that drives it
 
-  AcceptingRank() {
+  explicit AcceptingRank(const std::string& congestion = "auto") {
     transport::tcp::TcpOptions o;
+    o.congestion = congestion;
     o.rank = 1;
     o.size = 2;
     o.job = job;
@@ -290,6 +295,86 @@ TEST(TcpTransportAuth, ConnectorRefusesAnAcceptorWithoutTheSecret) {
   EXPECT_NE(std::string(reinterpret_cast<char*>(buf.data()), 8), "INJECTED");
 }
 
+// ---- the TCP transport's choice of congestion control ----------------------
+
+// The congestion control of this process's TCP socket whose `side` address
+// (getsockname or getpeername) is `addr` ("" if there is none).
+std::string congestion_of_socket(const std::string& addr, bool peer_side) {
+  for (int fd = 0; fd < 4096; ++fd) {
+    std::string a;
+    try {
+      const std::string peer = net::peer_address(fd);  // throws unless connected (no listener)
+      a = peer_side ? peer : net::local_address(fd);
+    } catch (const Error&) {
+      continue;
+    }
+    if (a != addr) continue;
+    char name[32] = {};
+    socklen_t len = sizeof(name);
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+    return std::string(name, strnlen(name, len));
+  }
+  return "";
+}
+
+// With SHOAL_TCP_CONGESTION's value `mode`, what rank 0's socket to rank 1 (it
+// connects) and rank 1's socket from rank 0 (it accepts) use.
+std::pair<std::string, std::string> congestion_of_transports(const std::string& mode) {
+  auth::Secret key = auth::Secret::from_hex(kKeyA);
+  AcceptingRank acceptor(mode);  // rank 1; it listens on loopback
+  transport::tcp::TcpOptions o;
+  o.rank = 0;
+  o.size = 2;
+  o.job = acceptor.job;
+  o.secret = key;
+  o.bind_host = "127.0.0.1";
+  o.connect_timeout = 10s;
+  o.congestion = mode;
+  FixedAddress peers({"127.0.0.1", acceptor.tcp->listen_port(), "rank 1", "here", ""});
+  o.liveness = &peers;
+  transport::HybridTransport t(std::make_unique<transport::tcp::TcpTransport>(std::move(o)), nullptr, {});
+  std::vector<uint8_t> out(8, 7), in(8, 0);
+  transport::Request s, r;
+  init_recv(s, &out);  // (then made a send to rank 1)
+  s.kind = transport::Request::Kind::kSend;
+  s.peer = 1;
+  init_recv(r, &in);
+  t.post_send(&s);  // connects
+  acceptor.t->post_recv(&r);
+  while (!r.complete) {
+    t.poll();
+    acceptor.drive();
+  }
+  EXPECT_EQ(in, out);
+  const std::string listener = "127.0.0.1:" + std::to_string(acceptor.tcp->listen_port());
+  return {congestion_of_socket(listener, true), congestion_of_socket(listener, false)};
+}
+
+TEST(TcpTransportTuning, ConnectionsWithinTheHostUseRenoUnlessTold) {
+  const std::string host_default = net::default_congestion();
+  ASSERT_FALSE(host_default.empty());
+  // auto: loopback, so reno, chosen before the connection was made (on the
+  // connecting socket and on the listener), both ways.
+  EXPECT_EQ(congestion_of_transports("auto"), std::make_pair(std::string("reno"), std::string("reno")));
+  // system: the host's default, both ways.
+  EXPECT_EQ(congestion_of_transports("system"), std::make_pair(host_default, host_default));
+  // A name: that one (this process may set any the host allows).
+  EXPECT_EQ(congestion_of_transports(host_default), std::make_pair(host_default, host_default));
+}
+
+TEST(TcpTransportTuning, WithinHostIsTrueOnLoopbackOnly) {
+  net::Fd l = net::listen_tcp("127.0.0.1", 0);
+  net::Fd c = net::connect_tcp("127.0.0.1", net::bound_port(l.get()), Clock::now() + 10s);
+  net::Fd a = net::accept_tcp(l.get());
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(net::within_host(c.get()));
+  EXPECT_TRUE(net::within_host(a.get()));
+  EXPECT_FALSE(net::within_host(l.get()));  // not connected: cannot tell
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  net::Fd u0(sv[0]), u1(sv[1]);
+  EXPECT_FALSE(net::within_host(u0.get()));  // not TCP
+}
 
 }  // namespace
 }  // namespace shoal

@@ -45,6 +45,8 @@ TcpTransport::TcpTransport(TcpOptions opts)
   if (opts_.size > 1) {
     listen_fd_ = net::listen_tcp(opts_.bind_host, 0);
     net::set_nonblocking(listen_fd_.get(), true);
+    // Accepted connections start with the listener's congestion control.
+    if (!initial_congestion().empty()) net::set_congestion(listen_fd_.get(), initial_congestion());
     listen_port_ = net::bound_port(listen_fd_.get());
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -132,8 +134,8 @@ void TcpTransport::connect_to(Conn& c) {
     auto deadline = Clock::now() + opts_.connect_timeout;
     // The peer published its address after it began to listen: a refusal
     // means its process (or its communicator) is gone.
-    net::Fd fd = net::connect_tcp(a.host, a.port, deadline, net::Refused::kFinal);
-    if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd.get(), opts_.socket_buffer);
+    net::Fd fd = net::connect_tcp(a.host, a.port, deadline, net::Refused::kFinal, initial_congestion());
+    tune(fd.get());
     Hello h = handshake::make_hello(identity(), c.peer);
     if (!net::write_full(fd.get(), &h, sizeof(h), deadline)) {
       throw PeerLost("connection closed during the hello", c.peer);
@@ -152,6 +154,27 @@ void TcpTransport::connect_to(Conn& c) {
     // left because another rank failed.
     std::string detail = std::string("cannot connect: ") + e.what();
     fail(live_.lost(c.peer, describe_peer(c.peer), detail));
+  }
+}
+
+// Congestion control is chosen before a connection is made: a controller
+// switched to afterwards keeps the pacing BBR started. "auto" starts every
+// connection with reno: one that stays on this host (loopback) is never
+// dropped or queued, so there congestion control has nothing to do, and a
+// pacing one (BBR, the default of some hosts) costs CPU time on every
+// segment. A connection that leaves the host then takes the host's default.
+std::string TcpTransport::initial_congestion() const {
+  if (opts_.congestion == "system") return "";
+  return opts_.congestion == "auto" ? "reno" : opts_.congestion;
+}
+
+// A data connection's socket buffers, and (auto) the host's congestion
+// control for one that leaves the host.
+void TcpTransport::tune(int fd) {
+  if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd, opts_.socket_buffer);
+  if (opts_.congestion == "auto" && !net::within_host(fd)) {
+    static const std::string host_default = net::default_congestion();
+    if (!host_default.empty()) net::set_congestion(fd, host_default);  // best-effort
   }
 }
 
@@ -180,7 +203,7 @@ void TcpTransport::accept_all() {
       continue;
     }
     net::set_nonblocking(fd.get(), true);
-    if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd.get(), opts_.socket_buffer);
+    tune(fd.get());
     auto c = std::make_unique<Conn>();
     c->fd = std::move(fd);
     c->from = from;

@@ -44,6 +44,10 @@ struct TcpOptions {
   auth::Secret secret;
   std::string bind_host = "0.0.0.0";
   int socket_buffer = 4 << 20;      // SO_SNDBUF/SO_RCVBUF, 0 = kernel default
+  // Congestion control of data connections: "auto" (reno on connections that
+  // stay on this host, the system's default elsewhere), "system", or a name
+  // (checked by the caller: net::congestion_refusal).
+  std::string congestion = "auto";
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};
   // Where peers listen, what a break or a lost connection means for the job,
   // and (every `abort_poll_ms` while a wait is blocked) whether another rank
@@ -82,6 +86,8 @@ class TcpTransport final : public Channel {
  private:
   Conn& conn_for(int peer);
   void connect_to(Conn& c);
+  std::string initial_congestion() const;
+  void tune(int fd);
   void register_fd(Conn* c);
   void drive(Conn& c);
   void try_write(Conn& c);
