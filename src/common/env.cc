@@ -54,7 +54,7 @@ const Knob kKnobs[] = {
      "(the message-based algorithms are used instead). `SHOAL_SHM=0` turns it off too. See "
      "[transports.md](transports.md), \"The shared arena\"."},
     {"SHOAL_SHM_STREAM", "auto", nullptr,
-     "How a rank writes its arena slots in rounds of 256 KiB and more per rank: `auto` times its "
+     "How a rank writes its arena slots in rounds of 32 KiB and more per rank: `auto` times its "
      "rounds written through the cache and streamed (non-temporal stores; a probe round of each "
      "kind in every 64, the others the cheaper way) and streams while the cache costs twice as "
      "much, which it does where the cores share no cache (other core complexes or sockets, or a "

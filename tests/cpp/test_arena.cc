@@ -353,12 +353,18 @@ TEST(SlotStores, ProbesBothWaysAndFollowsTheCheaper) {
   s.note(big, false, 0.03, true);
   EXPECT_FALSE(s.streaming(big));
 
-  SlotStores fresh;  // a first probe that ran slow does not decide alone
-  fresh.note(big, false, 0.09, true);
+  SlotStores fresh;  // a first probe that ran slow does not decide alone,
+  fresh.note(big, false, 0.25, true);  // however slow
   fresh.note(big, true, 0.05, true);
   fresh.note(big, false, 0.03, true);
   fresh.note(big, true, 0.05, true);
   EXPECT_FALSE(fresh.streaming(big));
+  SlotStores apart;  // while two of each way that agree do
+  apart.note(big, false, 0.25, true);
+  apart.note(big, true, 0.05, true);
+  apart.note(big, false, 0.20, true);
+  apart.note(big, true, 0.06, true);
+  EXPECT_TRUE(apart.streaming(big));
 
   SlotStores fixed;
   fixed.set_mode(SlotStores::Mode::kStreamed);

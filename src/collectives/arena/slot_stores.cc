@@ -45,8 +45,14 @@ void SlotStores::note(size_t bytes, bool streamed, double ns_per_byte, bool prob
   // A preempted round may take a thousand times its due: one round counts
   // as at most 4x the estimate, so that it takes a run of them to flip.
   double& e = cl.est[streamed];
-  if (cl.samples[streamed]++ == 0) {
+  const int sample = cl.samples[streamed]++;
+  if (sample == 0) {
     e = ns_per_byte;
+  } else if (sample == 1) {
+    // The first choice rests on the faster of the first two rounds of each
+    // way: a round runs slow only by accident (an interrupt, a page fault),
+    // never fast, and in small rounds one accident doubles the time.
+    e = std::min(e, ns_per_byte);
   } else {
     e += (probe ? 0.5 : 0.125) * (std::min(ns_per_byte, 4 * e) - e);
   }

@@ -21,7 +21,9 @@
 // kProbeEvery == kProbeEvery / 2 or k is 3 or 5 (every rank counts the same
 // rounds, so a probe round is timed with every rank writing alike; rounds 0
 // and 1 are through the cache and not timed: the first in each slot pays its
-// page faults; no choice before two samples of each way), and its other rounds
+// page faults; no choice before two samples of each way, and the first rests
+// on the faster of the two, since a round runs slow by accident, never fast),
+// and its other rounds
 // the way its estimates favour: streamed once the cache costs kEnter times
 // as much, back below kLeave (hysteresis: one slow round does not flip it).
 // Smaller rounds always go through the cache: latency, not the lines' way
@@ -37,7 +39,7 @@ namespace shoal::coll::arena {
 class SlotStores {
  public:
   enum class Mode { kAuto, kCached, kStreamed };
-  static constexpr size_t kMinBytes = 256 << 10;  // per rank and round
+  static constexpr size_t kMinBytes = 32 << 10;  // per rank and round
   static constexpr uint64_t kProbeEvery = 64;
   static constexpr double kEnter = 2.0, kLeave = 1.3;
 
@@ -66,7 +68,7 @@ class SlotStores {
     bool streaming = false;
     uint64_t rounds = 0;     // rounds of the class begun
   };
-  static constexpr int kClasses = 13;  // 256 KiB (kMinBytes) to 1 GiB (the largest slot)
+  static constexpr int kClasses = 16;  // 32 KiB (kMinBytes) to 1 GiB (the largest slot)
   static int size_class(size_t bytes);
 
   Mode mode_ = Mode::kAuto;
