@@ -33,9 +33,9 @@ constexpr auto kStoreSettle = std::chrono::microseconds(2);
 constexpr auto kYieldAfter = std::chrono::microseconds(10);
 // A waiter whose peer shares its CPU yields it for this long, then sleeps.
 constexpr auto kSameCpuYield = std::chrono::microseconds(20);
-// After this many waits in a row for a peer on its own CPU, a rank moves to
+// After this many waits for a peer on its own CPU, a rank moves to
 // another CPU of its affinity mask; it tries again only after this many more.
-constexpr int kSameCpuMoveAfter = 16;
+constexpr int kSameCpuMoveAfter = 2;
 constexpr int kSameCpuMoveAgain = 4096;
 
 struct ArenaHeader {
