@@ -20,11 +20,15 @@ void broadcast_shared(Ctx& c, const Args& a) {
   char* buf = static_cast<char*>(a.recv);
   if (n == 1) return;
   auto& arena = arena_of(c, Coll::kBroadcast);
+  const auto& stores = arena.stores();
   const size_t per_round = slot_elems(arena, es);
   for (size_t off = 0; off < a.count; off += per_round) {
     const size_t len = std::min(per_round, a.count - off);
     c.begin_round();
-    if (me == a.root) copy(arena.slot(me, len * es), buf + off * es, len * es);
+    // Through the cache, or streamed where the other collectives' rounds
+    // found the cores apart (slot_stores.h; broadcast rounds are not timed:
+    // only the root writes).
+    if (me == a.root) copy_out(arena.slot(me, len * es), buf + off * es, len * es, stores.streaming(len * es));
     arena.arrive(1);
     arena.wait_all(1, c.lazy_deadline());
     // Normal stores: measured, non-temporal ones made an 8 MiB broadcast
