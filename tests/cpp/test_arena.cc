@@ -366,6 +366,26 @@ TEST(SlotStores, ProbesBothWaysAndFollowsTheCheaper) {
   apart.note(big, true, 0.06, true);
   EXPECT_TRUE(apart.streaming(big));
 
+  // A round abandoned (a rank that wrote nothing in it) counts, untimed.
+  SlotStores bcast;
+  for (int k = 0; k < 3; ++k) {
+    bcast.begin(big);
+    bcast.abandon();
+  }
+  bcast.note(big, false, 0.09, true);
+  bcast.note(big, false, 0.09, true);
+  bcast.note(big, true, 0.05, true);
+  bcast.note(big, true, 0.05, true);  // 1.8x: not yet
+  EXPECT_TRUE(bcast.begin(big));      // round 3: a streamed probe, very fast
+  bcast.abandon();
+  bcast.end();
+  EXPECT_FALSE(bcast.streaming(big));
+  EXPECT_FALSE(bcast.begin(big));  // round 4
+  bcast.abandon();
+  EXPECT_TRUE(bcast.begin(big));  // round 5, timed this time
+  bcast.end();
+  EXPECT_TRUE(bcast.streaming(big));
+
   SlotStores fixed;
   fixed.set_mode(SlotStores::Mode::kStreamed);
   EXPECT_TRUE(fixed.begin(big));

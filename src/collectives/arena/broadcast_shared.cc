@@ -20,17 +20,23 @@ void broadcast_shared(Ctx& c, const Args& a) {
   char* buf = static_cast<char*>(a.recv);
   if (n == 1) return;
   auto& arena = arena_of(c, Coll::kBroadcast);
-  const auto& stores = arena.stores();
+  auto& stores = arena.stores();
   const size_t per_round = slot_elems(arena, es);
   for (size_t off = 0; off < a.count; off += per_round) {
     const size_t len = std::min(per_round, a.count - off);
     c.begin_round();
-    // Through the cache, or streamed where the other collectives' rounds
-    // found the cores apart (slot_stores.h; broadcast rounds are not timed:
-    // only the root writes).
-    if (me == a.root) copy_out(arena.slot(me, len * es), buf + off * es, len * es, stores.streaming(len * es));
+    // Through the cache or streamed (slot_stores.h): every rank counts the
+    // round, the root writes and times it (to its next arrival, which waits
+    // for every reader of the round before).
+    const bool stream = stores.begin(len * es);
+    if (me == a.root) copy_out(arena.slot(me, len * es), buf + off * es, len * es, stream);
     arena.arrive(1);
     arena.wait_all(1, c.lazy_deadline());
+    if (me == a.root) {
+      stores.end();
+    } else {
+      stores.abandon();
+    }
     // Normal stores: measured, non-temporal ones made an 8 MiB broadcast
     // twice as slow here (the one buffer per rank stays in the cache).
     if (me != a.root) copy(buf + off * es, arena.slot(a.root, len * es), len * es);

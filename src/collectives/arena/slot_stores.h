@@ -50,6 +50,10 @@ class SlotStores {
   // Ends the round begun last, after its last read of a slot: its time per
   // byte goes to the estimate of the way it was written.
   void end();
+  // Ends the round begun last without noting its time: a rank that wrote
+  // nothing in it (a broadcast's other ranks) counts the round but has no
+  // way of writing to time.
+  void abandon() { timing_ = false; }
   // A round of `bytes` that took `ns_per_byte`, written streamed or not
   // (end() calls it); a probe round moves its class's estimate half way,
   // another an eighth, and none counts as more than 4x the estimate.
