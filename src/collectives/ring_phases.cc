@@ -15,7 +15,7 @@ using patterns::Range;
 
 namespace {
 
-// Segments of a reduce-scatter in flight at once (see ring_reduce_scatter).
+// Segments of a reduce-scatter in flight at once (see reduce_scatter_phase).
 constexpr int kWindow = 4;
 
 struct Layout {
@@ -45,50 +45,6 @@ void wait_all(Ctx& c, Request* rs, size_t n) {
 // Reduce-scatter; with `forward`, each segment of the owned block is sent on
 // to the next rank as soon as it is reduced (the allgather's first step, at
 // steps forward_step0 + k), while it is still in this core's cache.
-void reduce_scatter_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
-                          size_t count, uint32_t step0, Request* forward, uint32_t forward_step0);
-
-// Allgather; with `sent`, the first step's sends were posted by
-// reduce_scatter_phase (one request per segment) and are waited for here.
-void allgather_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
-                     uint32_t step0, Request* sent);
-
-}  // namespace
-
-std::vector<int> all_ranks(int n) {
-  std::vector<int> r(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) r[static_cast<size_t>(i)] = i;
-  return r;
-}
-
-uint32_t ring_steps(Ctx& c, const RingGroup& g, size_t count, size_t elem) {
-  Layout L = layout(c, g.size, count, elem);
-  return static_cast<uint32_t>((g.size - 1) * L.nseg);
-}
-
-void ring_reduce_scatter(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
-                         size_t count, uint32_t step0) {
-  reduce_scatter_phase(c, g, a, out, in, count, step0, nullptr, 0);
-}
-
-void ring_allgather(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
-                    uint32_t step0) {
-  allgather_phase(c, g, a, out, count, step0, nullptr);
-}
-
-uint32_t ring_allreduce(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
-                        size_t count, uint32_t step0) {
-  const uint32_t steps = ring_steps(c, g, count, a.elem());
-  if (g.size == 1) return 0;
-  // One request per segment of a block: the allgather's first step.
-  std::unique_ptr<Request[]> first(new Request[steps / static_cast<uint32_t>(g.size - 1)]);
-  reduce_scatter_phase(c, g, a, out, in, count, step0, first.get(), step0 + steps);
-  allgather_phase(c, g, a, out, count, step0 + steps, first.get());
-  return 2 * steps;
-}
-
-namespace {
-
 void reduce_scatter_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
                           size_t count, uint32_t step0, Request* forward, uint32_t forward_step0) {
   const int n = g.size, r = g.me;
@@ -141,6 +97,8 @@ void reduce_scatter_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, 
   wait_all(c, rsend.get(), static_cast<size_t>(total));
 }
 
+// Allgather; with `sent`, the first step's sends were posted by
+// reduce_scatter_phase (one request per segment) and are waited for here.
 void allgather_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
                      uint32_t step0, Request* sent) {
   const int n = g.size, r = g.me;
@@ -188,4 +146,37 @@ void allgather_phase(Ctx& c, const RingGroup& g, const Args& a, char* out, size_
 }
 
 }  // namespace
+
+std::vector<int> all_ranks(int n) {
+  std::vector<int> r(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) r[static_cast<size_t>(i)] = i;
+  return r;
+}
+
+uint32_t ring_steps(Ctx& c, const RingGroup& g, size_t count, size_t elem) {
+  Layout L = layout(c, g.size, count, elem);
+  return static_cast<uint32_t>((g.size - 1) * L.nseg);
+}
+
+void ring_reduce_scatter(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
+                         size_t count, uint32_t step0) {
+  reduce_scatter_phase(c, g, a, out, in, count, step0, nullptr, 0);
+}
+
+void ring_allgather(Ctx& c, const RingGroup& g, const Args& a, char* out, size_t count,
+                    uint32_t step0) {
+  allgather_phase(c, g, a, out, count, step0, nullptr);
+}
+
+uint32_t ring_allreduce(Ctx& c, const RingGroup& g, const Args& a, char* out, const char* in,
+                        size_t count, uint32_t step0) {
+  const uint32_t steps = ring_steps(c, g, count, a.elem());
+  if (g.size == 1) return 0;
+  // One request per segment of a block: the allgather's first step.
+  std::unique_ptr<Request[]> first(new Request[steps / static_cast<uint32_t>(g.size - 1)]);
+  reduce_scatter_phase(c, g, a, out, in, count, step0, first.get(), step0 + steps);
+  allgather_phase(c, g, a, out, count, step0 + steps, first.get());
+  return 2 * steps;
+}
+
 }  // namespace shoal::coll

@@ -47,8 +47,9 @@ struct Wired {
 // Agrees on the job's id and secret through `store`, makes the transports
 // (TCP; shared memory for this host unless SHOAL_SHM=0; the hybrid over
 // them), all handed `live`, and publishes where this rank listens.
-Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode, const HostInfo& host,
-           transport::Liveness& live);
+// `shm_mode` and `tcp_congestion` are SHOAL_SHM and SHOAL_TCP_CONGESTION, checked.
+Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode,
+           const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live);
 }  // namespace core
 
 class CommunicatorImpl final : public core::Runner {
@@ -118,6 +119,7 @@ class CommunicatorImpl final : public core::Runner {
   coll::Tuning tuning_;
   size_t arena_bytes_ = 0;       // SHOAL_SHM_ARENA_BYTES (0: no arena)
   std::string shm_mode_ = "1";   // SHOAL_SHM, checked once (init_common)
+  std::string tcp_congestion_ = "auto";  // SHOAL_TCP_CONGESTION, checked once (init_common)
   coll::arena::SlotStores::Mode slot_stores_ = coll::arena::SlotStores::Mode::kAuto;  // SHOAL_SHM_STREAM
   auth::Secret secret_;          // root: the job's secret (proofs of the arena's members)
   int spin_us_ = 0;              // busy-poll budget of a caller driving inline

@@ -40,12 +40,12 @@ void CommunicatorImpl::init_common() {
   if (stream != "auto" && stream != "0" && stream != "1") {
     throw InvalidArgument("SHOAL_SHM_STREAM: '" + stream + "' is not one of auto, 0, 1");
   }
-  const std::string congestion = env::get("SHOAL_TCP_CONGESTION").value();
-  if (congestion != "auto" && congestion != "system") {
-    const std::string why = net::congestion_refusal(congestion);
+  tcp_congestion_ = env::get("SHOAL_TCP_CONGESTION").value();
+  if (tcp_congestion_ != "auto" && tcp_congestion_ != "system") {
+    const std::string why = net::congestion_refusal(tcp_congestion_);
     if (!why.empty()) {
-      throw InvalidArgument("SHOAL_TCP_CONGESTION: '" + congestion + "' cannot be set on this rank's sockets: " + why +
-                            "; use one of those, auto or system");
+      throw InvalidArgument("SHOAL_TCP_CONGESTION: '" + tcp_congestion_ + "' cannot be set on this rank's sockets: " +
+                            why + "; use one of those, auto or system");
     }
   }
   using Mode = coll::arena::SlotStores::Mode;
@@ -96,8 +96,8 @@ auth::Secret agree_on_secret(Store& store, int rank) {
 
 }  // namespace
 
-Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode, const HostInfo& host,
-           transport::Liveness& live) {
+Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode,
+           const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live) {
   Wired w;
   w.job = agree_on_job(store, rank);
   w.secret = agree_on_secret(store, rank);
@@ -108,7 +108,7 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
   t.secret = w.secret;
   t.bind_host = opts.advertise_host;
   t.socket_buffer = static_cast<int>(env::get_int("SHOAL_SOCKET_BUFFER").value());
-  t.congestion = env::get("SHOAL_TCP_CONGESTION").value();
+  t.congestion = tcp_congestion;
   t.connect_timeout = opts.timeout;
   t.liveness = &live;
   auto tcp = std::make_unique<transport::tcp::TcpTransport>(std::move(t));
@@ -150,7 +150,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   crowded_ = host_.crowded(host_.local_ranks);
   label_ = "shoal rank " + std::to_string(rank_);
   live_ = std::make_unique<core::JobLiveness>(*this);
-  core::Wired w = core::wire(*store_, rank_, size_, opts_, shm_mode_, host_, *live_);
+  core::Wired w = core::wire(*store_, rank_, size_, opts_, shm_mode_, tcp_congestion_, host_, *live_);
   uid_ = w.job;
   secret_ = w.secret;
   hybrid_ = std::move(w.hybrid);

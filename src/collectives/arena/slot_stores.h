@@ -23,9 +23,9 @@
 // and 1 are through the cache and not timed: the first in each slot pays its
 // page faults; no choice before two samples of each way, and the first rests
 // on the faster of the two, since a round runs slow by accident, never fast),
-// and its other rounds
-// the way its estimates favour: streamed once the cache costs kEnter times
-// as much, back below kLeave (hysteresis: one slow round does not flip it).
+// and its other rounds the way its estimates favour: streamed once the cache
+// costs kEnter times as much, back below kLeave (hysteresis: one slow round
+// does not flip it).
 // Smaller rounds always go through the cache: latency, not the lines' way
 // back, decides there. SHOAL_SHM_STREAM fixes the choice.
 #pragma once

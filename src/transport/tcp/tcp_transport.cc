@@ -46,7 +46,8 @@ TcpTransport::TcpTransport(TcpOptions opts)
     listen_fd_ = net::listen_tcp(opts_.bind_host, 0);
     net::set_nonblocking(listen_fd_.get(), true);
     // Accepted connections start with the listener's congestion control.
-    if (!initial_congestion().empty()) net::set_congestion(listen_fd_.get(), initial_congestion());
+    const std::string cc = initial_congestion();
+    if (!cc.empty()) net::set_congestion(listen_fd_.get(), cc);
     listen_port_ = net::bound_port(listen_fd_.get());
     epoll_event ev{};
     ev.events = EPOLLIN;
