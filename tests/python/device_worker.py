@@ -8,6 +8,7 @@ wrong value. ``set_transfer_delay_ms`` slows host<->device copies so that
 such a race is lost every time, not by luck.
 """
 
+import contextlib
 import datetime
 import os
 import sys
@@ -363,7 +364,31 @@ def device_failures():
 
 # ----------------------------------------------------------------- DDP and FSDP2
 
+@contextlib.contextmanager
+def _no_cuda_sync_for_cpu_buckets():
+    """torch's PowerSGD hook calls torch.cuda.synchronize(bucket device) whenever
+    CUDA is available, which raises for a CPU bucket: the CPU reference run on
+    a GPU machine. There, synchronizing a CPU device does nothing."""
+    real = torch.cuda.synchronize
+
+    def synchronize(device=None):
+        if device is None or torch.device(device).type == "cuda":
+            real(device)
+    torch.cuda.synchronize = synchronize
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize = real
+
+
 def _train(device, hook=None, steps=6):
+    if str(device) == "cpu" and torch.cuda.is_available():
+        with _no_cuda_sync_for_cpu_buckets():
+            return _train_on(device, hook, steps)
+    return _train_on(device, hook, steps)
+
+
+def _train_on(device, hook, steps):
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)

@@ -38,6 +38,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/headeronly/version.h>
 
 #include <atomic>
 #include <chrono>
@@ -57,6 +58,24 @@
 #include "shoal/error.h"
 
 namespace shoal::torch_adapter {
+
+// The c10d names that differ between the torch releases shoal builds against
+// (2.11 and later: GPU machines often carry an older torch than the CPU one).
+#define SHOAL_TORCH_AT_LEAST(minor) (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= (minor)))
+// PREMUL_SUM's factor: 2.13 renamed NCCLPreMulSumSupplement (keeping the old
+// name as an alias).
+#if SHOAL_TORCH_AT_LEAST(13)
+using PreMulSumFactor = c10d::PreMulSumSupplement;
+#else
+using PreMulSumFactor = c10d::NCCLPreMulSumSupplement;
+#endif
+// reduce_scatter_tensor_coalesced has an OpType of its own from 2.12; before,
+// torch's own backends report it as COALESCED.
+#if SHOAL_TORCH_AT_LEAST(12)
+inline constexpr c10d::OpType kReduceScatterCoalescedOp = c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+#else
+inline constexpr c10d::OpType kReduceScatterCoalescedOp = c10d::OpType::COALESCED;
+#endif
 
 class ShoalWork;
 

@@ -135,7 +135,7 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  Call c(*this, "reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, opts);
+  Call c(*this, "reduce_scatter_tensor_coalesced", kReduceScatterCoalescedOp, opts);
   if (inputs.empty()) c.fail("inputs", "empty list");
   c.list_len("outputs", outputs.size(), inputs.size(), "one output per input");
   const int W = getSize();

@@ -228,7 +228,7 @@ class Call {
       case c10d::ReduceOp::BOR: return ReduceOp::kBor;
       case c10d::ReduceOp::BXOR: return ReduceOp::kBxor;
       case c10d::ReduceOp::PREMUL_SUM: {
-        auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+        auto* sup = dynamic_cast<PreMulSumFactor*>(op.supplement_.get());
         if (!sup) fail("op", "PREMUL_SUM without its factor (make it with torch.distributed._make_nccl_premul_sum)");
         if (sup->tensor_factor.defined()) {
           const at::Tensor& f = sup->tensor_factor;

@@ -49,7 +49,9 @@ const char* profiling_title(const std::string& backend, c10d::OpType type) {
     case c10d::OpType::SCATTER: op = "scatter"; break;
     case c10d::OpType::REDUCE_SCATTER: op = "reduce_scatter"; break;
     case c10d::OpType::_REDUCE_SCATTER_BASE: op = "reduce_scatter_tensor"; break;
+#if SHOAL_TORCH_AT_LEAST(12)
     case c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED: op = "reduce_scatter_tensor_coalesced"; break;
+#endif
     case c10d::OpType::ALLTOALL_BASE:
     case c10d::OpType::ALLTOALL: op = "all_to_all"; break;
     case c10d::OpType::SEND: op = "send"; break;
