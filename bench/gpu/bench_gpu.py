@@ -9,7 +9,9 @@ float32 CUDA tensor, algorithm and bus bandwidth (busbw = 2(W-1)/W x bytes /
 time, the slowest rank's time). Beside them, the host path's bound for shoal,
 which moves device data through host memory: min(pinned D2H bandwidth,
 pinned H2D bandwidth, shoal's busbw for the same all_reduce of CPU tensors),
-and shoal's share of it. Then one DDP training step of an MLP (about 34M
+and shoal's share of it; and, for latency, the serial floor: one synchronous
+copy down, shoal's all_reduce of the CPU tensor, one synchronous copy back
+(pieces that overlap beat it at large sizes; at small ones it is the floor). Then one DDP training step of an MLP (about 34M
 float32 parameters) per backend. Prints a table and writes JSON to --out.
 
 Targets (issue "GPU tensors"): at 64 MiB and above shoal reaches 80% of the
@@ -109,6 +111,22 @@ def copy_bandwidth(device, nbytes, seconds):
     return rate(lambda: host.copy_(dev, non_blocking=True)), rate(lambda: dev.copy_(host, non_blocking=True))
 
 
+def copy_latency(device, nbytes, seconds):
+    """Seconds for one copy down and one copy back, each waited for (median)."""
+    host = torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=device.type == "cuda")
+    dev = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+
+    def once(fn):
+        times, start = [], time.perf_counter()
+        while len(times) < 5 or time.perf_counter() - start < seconds / 4:
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2]
+    return once(lambda: host.copy_(dev, non_blocking=True)), once(lambda: dev.copy_(host, non_blocking=True))
+
+
 def mlp(device):
     layers = []
     for _ in range(8):
@@ -149,6 +167,13 @@ def rank_main(rank, world, port, args, queue):
             cpu_busbw = 2 * (W - 1) / W * nbytes / sec
             row["host_bound"] = {"d2h_GBs": d2h / 1e9, "h2d_GBs": h2d / 1e9, "shoal_cpu_busbw_GBs": cpu_busbw / 1e9,
                                  "bound_GBs": min(d2h, h2d, cpu_busbw) / 1e9}
+            down, up = copy_latency(device, nbytes, args.seconds)
+            row["serial_floor"] = {"d2h_us": down * 1e6, "shoal_cpu_us": sec * 1e6, "h2d_us": up * 1e6,
+                                   "floor_us": (down + sec + up) * 1e6}
+        if "gloo" in groups:
+            h = torch.ones(nbytes // 4, dtype=torch.float32)
+            sec = timed(lambda: dist.all_reduce(h, group=groups["gloo"]), device, cpu, args.seconds)
+            row["gloo_cpu_us"] = sec * 1e6
         result["allreduce"].append(row)
     for b, g in groups.items():
         torch.manual_seed(0)
@@ -180,6 +205,18 @@ def report(res):
         vs_gloo = f"{row['shoal']['busbw_GBs'] / row['gloo']['busbw_GBs']:.1f}x" if "gloo" in row and "shoal" in row else "-"
         bound = f"{hb:.2f}" if hb else "-"
         print(f"| {row['bytes']} | " + " | ".join(cells) + f" | {bound} | {share} | {vs_gloo} |")
+    if "serial_floor" in res["allreduce"][0]:
+        print("all_reduce time, us: each backend, and shoal's serial floor (copy down + CPU all_reduce + copy back)")
+        head = ("| bytes | " + " | ".join(backends) + " | copy down | shoal CPU | gloo CPU | copy back | floor"
+                " | shoal / floor |")
+        print(head)
+        print("|" + "---|" * (head.count("|") - 1))
+        for row in res["allreduce"]:
+            f = row["serial_floor"]
+            gloo_cpu = f"{row['gloo_cpu_us']:.0f}" if "gloo_cpu_us" in row else "-"
+            print(f"| {row['bytes']} | " + " | ".join(f"{row[b]['us']:.0f}" for b in backends) +
+                  f" | {f['d2h_us']:.0f} | {f['shoal_cpu_us']:.0f} | {gloo_cpu} | {f['h2d_us']:.0f}"
+                  f" | {f['floor_us']:.0f} | {row['shoal']['us'] / f['floor_us']:.2f} |")
     print("DDP step (34M-parameter MLP, batch 32): " +
           ", ".join(f"{b} {v['ms_per_step']:.1f} ms" for b, v in res["ddp"].items()))
 
@@ -193,6 +230,11 @@ def main():
             raise SystemExit("bench_gpu: no CUDA device (torch.cuda.is_available() is False); "
                              "--device fakegpu runs the script on the test accelerator")
         world = args.nproc or max(2, torch.cuda.device_count())
+        if "nccl" in args.backends and torch.cuda.device_count() < world:
+            # NCCL refuses two ranks on one device ("Duplicate GPU detected").
+            print(f"bench_gpu: nccl left out: {world} ranks on {torch.cuda.device_count()} GPU(s), "
+                  "and NCCL takes one GPU per rank")
+            args.backends.remove("nccl")
     else:
         args.backends = ["shoal"]
         world = args.nproc or 2

@@ -83,6 +83,12 @@ struct OpOptions {
   // collectives. Ignored by send and receive, which may have to wait for a
   // later call of the caller's.
   bool blocking = false;
+  // No thread will wait for the operation soon after issuing it (a thread
+  // that issues for others, such as the torch backend's device path, whose
+  // callers wait on their own events). The executor starts it at once
+  // instead of leaving a waiting caller the chance to run it (by default it
+  // gives a non-blocking operation up to 200 us for that).
+  bool detached = false;
 };
 
 // The handle of one queued operation.

@@ -225,8 +225,8 @@ void Scheduler::run() {
       // A caller that waits for its operation right away runs it itself
       // (Work::wait), saving two thread hand-offs; give it the chance before
       // taking the operation. Operations nobody waits for start at most
-      // kDeferHandoff later.
-      if (!queue_.empty() && inflight() == 0) {
+      // kDeferHandoff later; detached ones (OpOptions) at once.
+      if (!queue_.empty() && inflight() == 0 && !queue_.front()->opts.detached) {
         deferring_ = true;
         const auto until = Clock::now() + kDeferHandoff;
         while (!stop_ && !queue_.empty() && g.wait_until(cv_, until)) {

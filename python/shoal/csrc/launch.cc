@@ -101,7 +101,8 @@ c10::intrusive_ptr<c10d::Work> Call::launch(std::vector<at::Tensor> outputs, Iss
     }
     for (auto& [user, staged] : copy_back_) DeviceSide::record_on(user, ds.h2d);
     for (auto& t : written_) DeviceSide::record_on(t, ds.h2d);
-    oo_.blocking = false;  // it runs on the core's threads, after the copies
+    oo_.blocking = false;  // it runs on the core's threads, after the copies,
+    oo_.detached = true;   // and the caller waits on the work's events, not the core's
   }
   auto work = make_work(std::move(outputs), ready);
   // Hands the operations to the core; the error (the work failed with it) if it refused them.
@@ -153,6 +154,7 @@ c10::intrusive_ptr<c10d::Work> Call::launch_pipelined_allreduce(const at::Tensor
   DeviceSide::record_on(t, ds->h2d);
   keep_.push_back(t);
   auto work = make_work({t}, ready);
+  oo_.detached = true;  // the pieces are issued here, on the Issuer's thread; the caller waits on events
   auto job = [work, ds, ready, comm = comm_, oo = oo_, t, e, op, be = &be_](bool) {
     try {
       const at::Tensor flat = t.view({-1});
