@@ -38,7 +38,9 @@ else:  # tests/gpu: a real GPU, shared by the ranks when there is one
 import torch.distributed as dist  # noqa: E402
 
 import shoal.torch  # noqa: E402,F401
-from worker import OPS, RANK, WS, Checks, _bf16_hook, close, expect_error, make, ref_reduce_hp  # noqa: E402
+from collective_checks import OPS, RANK, WS, close, expect_error, make, ref_reduce_hp  # noqa: E402
+from harness import Checks  # noqa: E402
+from worker import _bf16_hook  # noqa: E402
 
 SUITES = {}
 

@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 import shoal.torch  # noqa: F401
-from worker import RANK, WS, Checks, expect_error
+from collective_checks import RANK, WS, expect_error
+from harness import Checks
 
 
 def sparse(rank, size=(10, 7, 3), empty=False):

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import shoal.torch  # noqa: F401
-from worker import Checks
+from harness import Checks
 
 RANK = int(os.environ["RANK"])
 WS = int(os.environ["WORLD_SIZE"])
