@@ -101,8 +101,9 @@ c10::intrusive_ptr<c10d::Work> Call::launch(std::vector<at::Tensor> outputs, Iss
     }
     for (auto& [user, staged] : copy_back_) DeviceSide::record_on(user, ds.h2d);
     for (auto& t : written_) DeviceSide::record_on(t, ds.h2d);
-    oo_.blocking = false;  // it runs on the core's threads, after the copies,
-    oo_.detached = true;   // and the caller waits on the work's events, not the core's
+    // The Issuer runs it after the copies, on its own thread (the caller
+    // waits on the work's events): no hand-off to the core's executor.
+    oo_.blocking = true;
   }
   auto work = make_work(std::move(outputs), ready);
   // Hands the operations to the core; the error (the work failed with it) if it refused them.
