@@ -11,8 +11,9 @@ which moves device data through host memory: min(pinned D2H bandwidth,
 pinned H2D bandwidth, shoal's busbw for the same all_reduce of CPU tensors),
 and shoal's share of it; and, for latency, the serial floor: one synchronous
 copy down, shoal's all_reduce of the CPU tensor, one synchronous copy back
-(pieces that overlap beat it at large sizes; at small ones it is the floor). Then one DDP training step of an MLP (about 34M
-float32 parameters) per backend. Prints a table and writes JSON to --out.
+(pieces that overlap beat it at large sizes; at small ones it is the floor).
+Then one DDP training step of an MLP (about 34M float32 parameters) per
+backend. Prints a table and writes JSON to --out.
 
 Targets (issue "GPU tensors"): at 64 MiB and above shoal reaches 80% of the
 host bound and twice Gloo's CUDA path; NCCL, which never leaves the device,
@@ -95,7 +96,9 @@ def timed(fn, device, cpu_group, seconds):
     return slowest((time.perf_counter() - start) / int(n.item()), cpu_group)
 
 
-def copy_bandwidth(device, nbytes, seconds):
+def copy_costs(device, nbytes, seconds):
+    """Pinned copies of nbytes, down (D2H) and back (H2D): each way's bandwidth,
+    queued back to back (B/s), and the time of one copy waited for (median, s)."""
     host = torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=device.type == "cuda")
     dev = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
 
@@ -108,13 +111,6 @@ def copy_bandwidth(device, nbytes, seconds):
             n += 1
         sync(device)
         return nbytes * n / (time.perf_counter() - start)
-    return rate(lambda: host.copy_(dev, non_blocking=True)), rate(lambda: dev.copy_(host, non_blocking=True))
-
-
-def copy_latency(device, nbytes, seconds):
-    """Seconds for one copy down and one copy back, each waited for (median)."""
-    host = torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=device.type == "cuda")
-    dev = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
 
     def once(fn):
         times, start = [], time.perf_counter()
@@ -124,7 +120,9 @@ def copy_latency(device, nbytes, seconds):
             sync(device)
             times.append(time.perf_counter() - t0)
         return sorted(times)[len(times) // 2]
-    return once(lambda: host.copy_(dev, non_blocking=True)), once(lambda: dev.copy_(host, non_blocking=True))
+    down = lambda: host.copy_(dev, non_blocking=True)  # noqa: E731
+    back = lambda: dev.copy_(host, non_blocking=True)  # noqa: E731
+    return rate(down), rate(back), once(down), once(back)
 
 
 def mlp(device):
@@ -163,11 +161,10 @@ def rank_main(rank, world, port, args, queue):
         if "shoal" in groups:
             h = torch.ones(nbytes // 4, dtype=torch.float32)
             sec = timed(lambda: dist.all_reduce(h, group=groups["shoal"]), device, cpu, args.seconds)
-            d2h, h2d = copy_bandwidth(device, nbytes, args.seconds)
+            d2h, h2d, down, up = copy_costs(device, nbytes, args.seconds)
             cpu_busbw = 2 * (W - 1) / W * nbytes / sec
             row["host_bound"] = {"d2h_GBs": d2h / 1e9, "h2d_GBs": h2d / 1e9, "shoal_cpu_busbw_GBs": cpu_busbw / 1e9,
                                  "bound_GBs": min(d2h, h2d, cpu_busbw) / 1e9}
-            down, up = copy_latency(device, nbytes, args.seconds)
             row["serial_floor"] = {"d2h_us": down * 1e6, "shoal_cpu_us": sec * 1e6, "h2d_us": up * 1e6,
                                    "floor_us": (down + sec + up) * 1e6}
         if "gloo" in groups:

@@ -53,14 +53,17 @@ def echo_lines(only_rank0_stdout=False):
     return on_line
 
 
-def strip_dashes(cmd):
-    return cmd[1:] if cmd and cmd[0] == "--" else cmd
+def command_after_dashes(a):
+    """The command after `--`, or None when there is none (said, with the usage)."""
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    if not cmd:
+        log(f"error: no command (netbed {a.command} [options] -- CMD ...)")
+    return cmd or None
 
 
 def cmd_run(a):
-    cmd = strip_dashes(a.cmd)
+    cmd = command_after_dashes(a)
     if not cmd:
-        log("error: no command (netbed run [options] -- CMD ...)")
         return 2
     with bed_from_args(a) as bed:
         res = bed.job(cmd, per_host=a.per_host, timeout=a.timeout,
@@ -110,9 +113,8 @@ def cmd_down(a):
 
 
 def cmd_job(a):
-    cmd = strip_dashes(a.cmd)
+    cmd = command_after_dashes(a)
     if not cmd:
-        log("error: no command")
         return 2
     bed = NetBed.attach(a.prefix)
     forward_terminating_signals()
@@ -125,9 +127,8 @@ def cmd_job(a):
 
 
 def cmd_exec(a):
-    cmd = strip_dashes(a.cmd)
+    cmd = command_after_dashes(a)
     if not cmd:
-        log("error: no command")
         return 2
     bed = NetBed.attach(a.prefix)
     if cmd[0] == "mpirun" and a.mpi_per_host:

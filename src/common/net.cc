@@ -377,13 +377,15 @@ int set_congestion(int fd, const std::string& name) {
 
 std::string default_congestion() { return read_trimmed("/proc/sys/net/ipv4/tcp_congestion_control"); }
 
+std::string available_congestion() { return read_trimmed("/proc/sys/net/ipv4/tcp_available_congestion_control"); }
+
 std::string congestion_refusal(const std::string& name) {
   Fd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!probe) return "no TCP socket to try it on: " + errno_text(errno);
   const int err = set_congestion(probe.get(), name);
   if (err == 0) return "";
   std::string allowed = read_trimmed("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
-  std::string available = read_trimmed("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  std::string available = available_congestion();
   const std::string what = err == ENOENT ? "this kernel has no such algorithm"
                            : err == EPERM ? "not permitted to this process"
                                           : errno_text(err);

@@ -77,6 +77,9 @@ bool within_host(int fd);
 int set_congestion(int fd, const std::string& name);
 // The host's default congestion control ("" if unknown).
 std::string default_congestion();
+// The congestion controls this kernel has (tcp_available_congestion_control),
+// space-separated; "" if unreadable.
+std::string available_congestion();
 // Whether this process may set congestion control `name` on its sockets: ""
 // if so, else why not (naming what the host allows).
 std::string congestion_refusal(const std::string& name);

@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -320,11 +318,6 @@ std::string congestion_of_socket(const std::string& addr, bool peer_side) {
   return "";
 }
 
-std::string read_file(const char* path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
 // With SHOAL_TCP_CONGESTION's value `mode`, what rank 0's socket to rank 1 (it
 // connects) and rank 1's socket from rank 0 (it accepts) use.
 std::pair<std::string, std::string> congestion_of_transports(const std::string& mode) {
@@ -368,7 +361,7 @@ TEST(TcpTransportTuning, ConnectionsWithinTheHostUseRenoUnlessTold) {
   EXPECT_EQ(congestion_of_transports("system"), std::make_pair(host_default, host_default));
   // A name: that one, both ways. One that neither auto nor system would give
   // here, among those this process may set.
-  std::istringstream available(read_file("/proc/sys/net/ipv4/tcp_available_congestion_control"));
+  std::istringstream available(net::available_congestion());
   std::string name, other;
   while (other.empty() && available >> name) {
     if (name != "reno" && name != host_default && net::congestion_refusal(name).empty()) other = name;

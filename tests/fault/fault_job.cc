@@ -44,7 +44,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -58,8 +57,6 @@
 
 #include "fault_ops.h"
 #include "harness.h"
-#include "kernels/element.h"
-#include "kernels/reference.h"
 #include "shoal/communicator.h"
 #include "shoal/error.h"
 #include "shoal/store.h"

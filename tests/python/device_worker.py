@@ -384,13 +384,13 @@ def _no_cuda_sync_for_cpu_buckets():
 
 
 def _train(device, hook=None, steps=6):
-    if str(device) == "cpu" and torch.cuda.is_available():
-        with _no_cuda_sync_for_cpu_buckets():
-            return _train_on(device, hook, steps)
-    return _train_on(device, hook, steps)
+    # The CPU reference on a GPU machine: torch's PowerSGD hook would sync a CPU bucket.
+    cpu_beside_cuda = str(device) == "cpu" and torch.cuda.is_available()
+    with _no_cuda_sync_for_cpu_buckets() if cpu_beside_cuda else contextlib.nullcontext():
+        return _train_in(device, hook, steps)
 
 
-def _train_on(device, hook, steps):
+def _train_in(device, hook, steps):
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(device)
