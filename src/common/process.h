@@ -32,4 +32,60 @@ std::string pid_of(const std::string& token);
 // are idle (collectives/arena/host_arena.cc).
 bool move_off_cpu(int cpu);
 
+// When a rank that waits for a peer sharing its CPU should move (the caller
+// moves, with move_off_cpu). Two ranks on one CPU take turns on it at every
+// step while another core may be idle; the scheduler put them there (a woken
+// thread goes beside its waker) and keeps busy threads where they are, and it
+// may put them back together soon after a move. So: move once `kMoveAfter`
+// waits in a row found the peer beside; after a move, let a hold-off of such
+// waits pass before the next one, doubling it (up to kMaxHoldoff) while moves
+// are undone soon; once a move held (kHeld waits found the peer apart), the
+// next one comes without hold-off (bench/results/slow-starts-2ranks).
+class CpuSharing {
+ public:
+  static constexpr int kMoveAfter = 2;
+  static constexpr int kFirstHoldoff = 16;
+  static constexpr int kMaxHoldoff = 4096;
+  static constexpr int kHeld = 1024;
+
+  // A wait that found the peer on another CPU.
+  void apart() {
+    streak_ = 0;
+    if (apart_ < kHeld) ++apart_;
+  }
+  // A wait that found the peer on this thread's CPU. Calls `move` (which
+  // returns whether the thread moved) when it is time and `may_move`;
+  // returns whether it moved.
+  template <class Move>
+  bool beside(bool may_move, Move&& move) {
+    if (apart_ >= kHeld) {  // the last move held (or there was none)
+      holdoff_ = 0;
+      next_ = kFirstHoldoff;
+    }
+    if (holdoff_ > 0) {
+      --holdoff_;
+      return false;
+    }
+    if (!may_move || ++streak_ < kMoveAfter) return false;
+    streak_ = 0;
+    apart_ = 0;
+    if (!move()) {  // no other CPU to go to: do not ask again soon
+      holdoff_ = kMaxHoldoff;
+      return false;
+    }
+    holdoff_ = next_;
+    next_ = next_ * 2 > kMaxHoldoff ? kMaxHoldoff : next_ * 2;
+    return true;
+  }
+
+  // The hold-off the next move will set (for tests).
+  int next_holdoff() const { return next_; }
+
+ private:
+  int streak_ = 0;            // waits in a row that found the peer beside
+  int holdoff_ = 0;           // beside waits to pass before the next move
+  int next_ = kFirstHoldoff;  // the hold-off after the next move
+  int apart_ = kHeld;         // waits that found the peer apart since the last move (saturating)
+};
+
 }  // namespace shoal::proc

@@ -189,6 +189,57 @@ TEST(Arena, MovingOffACpuKeepsTheAffinityMask) {
   EXPECT_TRUE(CPU_EQUAL(&now, &old_mask));
 }
 
+// When a rank beside its peer moves: at the second wait in a row; then, while
+// the scheduler keeps putting it back, after a hold-off that doubles; at once
+// again after a move that held. It never moves when it may not, and after a
+// failed move it does not ask again soon.
+TEST(Arena, CpuSharingMovesAgainWhileMovesAreUndone) {
+  using S = proc::CpuSharing;
+  int moves = 0;
+  bool can_move = true;
+  auto move = [&] {
+    moves += can_move;
+    return can_move;
+  };
+  // Beside waits until the next move; -1 if none within `limit`.
+  auto waits_to_move = [&](S& s, int limit) {
+    for (int i = 1; i <= limit; ++i) {
+      if (s.beside(true, move)) return i;
+    }
+    return -1;
+  };
+  S s;
+  EXPECT_EQ(waits_to_move(s, 10), S::kMoveAfter);
+  // Undone at once: each hold-off twice the last, up to the most.
+  int holdoff = S::kFirstHoldoff;
+  for (int k = 0; k < 12; ++k) {
+    EXPECT_EQ(waits_to_move(s, 2 * S::kMaxHoldoff), holdoff + S::kMoveAfter) << "move " << k;
+    holdoff = std::min(2 * holdoff, S::kMaxHoldoff);
+  }
+  EXPECT_EQ(moves, 13);
+  // A move that held: the next one comes without hold-off.
+  for (int i = 0; i < S::kHeld; ++i) s.apart();
+  EXPECT_EQ(waits_to_move(s, 10), S::kMoveAfter);
+  EXPECT_EQ(s.next_holdoff(), 2 * S::kFirstHoldoff);
+  // A wait apart breaks a run of waits beside.
+  S t;
+  EXPECT_FALSE(t.beside(true, move));
+  t.apart();
+  EXPECT_FALSE(t.beside(true, move));
+  EXPECT_TRUE(t.beside(true, move));
+  // Not allowed to move: never does.
+  S u;
+  for (int i = 0; i < 3 * S::kMaxHoldoff; ++i) EXPECT_FALSE(u.beside(false, move));
+  // Nowhere to go: asks again only after the longest hold-off.
+  can_move = false;
+  const int before = moves;
+  S v;
+  EXPECT_EQ(waits_to_move(v, S::kMoveAfter), -1);  // tried, and failed
+  can_move = true;
+  EXPECT_EQ(waits_to_move(v, 3 * S::kMaxHoldoff), S::kMaxHoldoff + S::kMoveAfter);
+  EXPECT_EQ(moves, before + 1);
+}
+
 // One host: the arena is what a small and a large allreduce choose.
 TEST(Arena, ChosenByDefaultOnOneHost) {
   JobOptions jo;

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <sstream>
 
-#include "common/process.h"
 #include "shoal/error.h"
 
 namespace shoal::coll::arena {
@@ -33,10 +32,6 @@ constexpr auto kStoreSettle = std::chrono::microseconds(2);
 constexpr auto kYieldAfter = std::chrono::microseconds(10);
 // A waiter whose peer shares its CPU yields it for this long, then sleeps.
 constexpr auto kSameCpuYield = std::chrono::microseconds(20);
-// After this many waits for a peer on its own CPU, a rank moves to
-// another CPU of its affinity mask; it tries again only after this many more.
-constexpr int kSameCpuMoveAfter = 2;
-constexpr int kSameCpuMoveAgain = 4096;
 
 struct ArenaHeader {
   uint32_t magic;
@@ -248,7 +243,7 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
       if (phase == 1) check_peer(peer);
       return;
     }
-    same_cpu_waits_ = std::min(same_cpu_waits_, 0);
+    sharing_.apart();
     Clock::time_point until{}, yield_from{};
     bool yielding = spin_yield_;
     for (unsigned i = 1;; ++i) {
@@ -285,12 +280,10 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
 // rank holds it (the scheduler keeps two ranks together for a while after a
 // fork or a wake-up, on a machine with idle cores too): give the CPU away at
 // once, and sleep if that does not bring the peer soon. Still together after
-// many rounds while there are cores enough, the higher rank of the two moves
-// (once in a while at most).
+// two rounds while there are cores enough, the higher rank of the two moves
+// (proc::CpuSharing: less often while the scheduler keeps putting it back).
 void HostArena::wait_beside(int peer, uint32_t target, const LazyDeadline& deadline) {
-  if (++same_cpu_waits_ == kSameCpuMoveAfter && !spin_yield_ && rank_ > peer && proc::move_off_cpu(cpu_)) {
-    same_cpu_waits_ = -kSameCpuMoveAgain;
-  }
+  sharing_.beside(!spin_yield_ && rank_ > peer, [this] { return proc::move_off_cpu(cpu_); });
   const Line& c = line(peer);
   const auto give_up = Clock::now() + kSameCpuYield;
   do {

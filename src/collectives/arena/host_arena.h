@@ -51,6 +51,7 @@
 #include <string>
 
 #include "collectives/arena/slot_stores.h"
+#include "common/process.h"
 #include "transport/liveness.h"
 #include "transport/transport.h"
 
@@ -176,7 +177,7 @@ class HostArena {
   int spin_us_ = 200;
   bool spin_yield_ = false;
   int cpu_ = -1;  // the CPU this rank began its current round on
-  int same_cpu_waits_ = 0;  // waits in a row that found the peer on cpu_ (< 0: after a move)
+  proc::CpuSharing sharing_;  // when a rank beside its peer moves
   bool reads_ = false;
   SlotStores stores_;
   transport::Liveness* live_ = &transport::Liveness::none();
