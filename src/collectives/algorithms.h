@@ -31,6 +31,7 @@ void allgather_hierarchical(Ctx& c, const Args& a);
 void allgather_direct(Ctx& c, const Args& a);
 void allgather_shared(Ctx& c, const Args& a);
 void allgather_shared_cma(Ctx& c, const Args& a);
+void allgather_shared_timed(Ctx& c, const Args& a);
 void allgatherv_ring(Ctx& c, const Args& a);
 
 void reduce_scatter_ring(Ctx& c, const Args& a);

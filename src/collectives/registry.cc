@@ -32,6 +32,7 @@ const Algorithm kTable[] = {
     {Coll::kAllgather, "direct", allgather_direct},
     {Coll::kAllgather, "shared", allgather_shared},
     {Coll::kAllgather, "shared_cma", allgather_shared_cma},
+    {Coll::kAllgather, "shared_timed", allgather_shared_timed},
     {Coll::kAllgatherv, "ring", allgatherv_ring},
     {Coll::kReduceScatter, "ring", reduce_scatter_ring},
     {Coll::kReduceScatter, "direct", reduce_scatter_direct},

@@ -61,9 +61,9 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     }
     case Coll::kAllgather: {
       const size_t bytes = a.count * elem * static_cast<size_t>(size);
-      // A block that pays for a system call, an output the slots do not
-      // pipeline (see allgather_shared_cma.cc).
-      if (single_copy && a.count * elem >= 32 * KiB && bytes <= 256 * KiB) return must(c, "shared_cma");
+      // A block that pays for a system call: one copy or two, whichever
+      // rank 0 measures faster (arena/copy_choice.h).
+      if (single_copy && a.count * elem >= 32 * KiB) return must(c, "shared_timed");
       if (arena.present) return must(c, "shared");
       if (bytes <= 64 * KiB && size > 2) {
         // Same steps and bytes; recursive doubling needs no scratch or final

@@ -1,6 +1,8 @@
 // test_shared_cma.cc — the single-copy algorithms on the shared arena
-// (allgather_shared_cma.cc, broadcast_shared_cma.cc; HostArena::read): who
-// gets them, the ranks agreeing that the kernel allows them, their results
+// (allgather_shared_cma.cc, broadcast_shared_cma.cc; HostArena::read), and
+// allgather's choice between one copy and two (allgather_shared_timed.cc,
+// copy_choice.h): who gets them, the ranks agreeing that the kernel allows
+// them and on the way of each timed allgather, their results
 // when their rounds interleave with the slot algorithms' on crowded CPUs,
 // what a forced one says where they are off, a rank that runs another
 // algorithm for the same operation, and a rank killed while the others read
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/arena/copy_choice.h"
 #include "errors_util.h"
 #include "cpu_util.h"
 #include "harness.h"
@@ -72,8 +75,8 @@ void gather_and_broadcast(Communicator& c, int me, int n, size_t count, int k, c
 }
 
 // Two ranks with a core each: the ranks agree that reads work, and the
-// table picks the single-copy algorithms for a mid-sized allgather and
-// broadcast (the slot ones for a small one).
+// table picks the single-copy broadcast and the timed allgather (one copy
+// or two, copy_choice.h) at mid sizes (the slot algorithms for a small one).
 TEST(SharedCma, ChosenByDefaultWhereReadsWork) {
   JobOptions jo;
   jo.env["SHOAL_DEBUG"] = "INFO";
@@ -85,13 +88,70 @@ TEST(SharedCma, ChosenByDefaultWhereReadsWork) {
   for (int r = 0; r < 2; ++r) {
     const std::string& out = res[r].output;
     EXPECT_NE(out.find("single-copy reads on"), std::string::npos) << out;
-    EXPECT_NE(out.find("allgather of 65536 B, size class [64 KiB, 128 KiB): algorithm shared_cma\n"),
+    EXPECT_NE(out.find("allgather of 65536 B, size class [64 KiB, 128 KiB): algorithm shared_timed\n"),
               std::string::npos) << out;
     EXPECT_NE(out.find("broadcast of 65536 B, size class [64 KiB, 128 KiB): algorithm shared_cma\n"),
               std::string::npos) << out;
     EXPECT_NE(out.find("allgather of 64 B, size class [64 B, 128 B): algorithm shared\n"), std::string::npos)
         << out;
   }
+}
+
+// Rank 0's choice between one copy and two, fed with call times: slots
+// first, then single copy, then the faster of the two, with two calls in
+// every kProbeEvery on the other way, and back when the other turns faster;
+// each size class on its own.
+TEST(SharedCma, CopyChoiceTakesTheFasterWayAndProbesTheOther) {
+  using coll::arena::CopyChoice;
+  CopyChoice ch;
+  const size_t block = 64 << 10, other_block = 4 << 20;
+  std::vector<int> ways;
+  auto run = [&](int calls, double slots_ns, double single_ns) {
+    for (int k = 0; k < calls; ++k) {
+      const bool single = CopyChoice::single(ch.proposals(), block);
+      ways.push_back(single);
+      ch.note(block, single, static_cast<double>(block) * (single ? single_ns : slots_ns));
+    }
+  };
+  auto count = [&](size_t from, size_t to) {
+    int singles = 0;
+    for (size_t k = from; k < to; ++k) singles += ways[k];
+    return singles;
+  };
+  run(6 * static_cast<int>(CopyChoice::kProbeEvery), 2.0, 1.0);
+  EXPECT_EQ(count(0, 3), 0);  // calls 0-2 through the slots
+  EXPECT_EQ(count(3, 6), 3);  // 3-5 single copy
+  const size_t from = CopyChoice::kProbeEvery, to = 6 * CopyChoice::kProbeEvery;
+  EXPECT_EQ(count(from, to), static_cast<int>(to - from) - 2 * 5);  // single, but two probes in every 32
+  EXPECT_FALSE(CopyChoice::single(ch.proposals(), other_block));  // another class: its own first calls
+  run(4 * static_cast<int>(CopyChoice::kProbeEvery), 2.0, 4.0);  // single copy turns slower
+  const size_t last = ways.size();
+  EXPECT_EQ(count(last - CopyChoice::kProbeEvery, last), 2);  // back to the slots, probing single copy
+}
+
+// The table's allgather on two ranks with a core each runs one copy or two
+// as rank 0 proposes, probes included: every rank must follow rank 0 (one on
+// the other way would read a stale slot or address: a wrong result, a
+// mismatch or a timeout here). First each allgather comes right after a
+// broadcast rooted at rank 1, whose root waits for rank 0's second phase
+// only; then two size classes and a small allreduce between them.
+TEST(SharedCma, TimedAllgatherRanksFollowRankZero) {
+  JobOptions jo;
+  jo.env["SHOAL_TIMEOUT_S"] = "20";
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    for (int k = 0; k < 160 && test::check_failures() == 0; ++k) {
+      allgather(*c, me, 2, 16384, k, "");                 // 64 KiB blocks
+      broadcast(*c, me, 16384, 2 * k + 1, "shared_cma");  // root 1
+    }
+    for (int k = 0; k < 100 && test::check_failures() == 0; ++k) {
+      allgather(*c, me, 2, 16384, k, "");
+      allgather(*c, me, 2, 65536 + 1024, k, "");  // 260 KiB blocks
+      float x = static_cast<float>(me);
+      c->allreduce(&x, &x, 1, f32, ReduceOp::kSum)->wait();
+      SHOAL_CHECK_MSG(x == 1.0f, "allreduce in round " << k);
+    }
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
 }
 
 // SHOAL_SHM=copy: no reads; the table keeps to the slots, and a forced

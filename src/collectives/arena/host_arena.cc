@@ -72,7 +72,7 @@ struct alignas(HostArena::kLineBytes) HostArena::Line {  // 128: no neighbour fo
   std::atomic<uint32_t> flag{0};     // 2k + phase of the rank's last arrival in a round of this parity
   std::atomic<uint32_t> waiters{0};  // ranks asleep on `flag`
   std::atomic<int32_t> cpu{-1};      // the CPU the rank ran on when it began the round
-  uint32_t unused = 0;
+  uint32_t copies = 0;               // rank 0: its CopyChoice proposals when it began the round
   uint64_t seq = 0;  // the operation of the round (written before phase 1)
   Fingerprint fp;
   char data[kInlineBytes];  // the rank's slot for a round of at most kInlineBytes
@@ -214,6 +214,10 @@ void HostArena::begin(uint64_t seq, const Fingerprint& fp) {
   l.fp = fp;
   cpu_ = sched_getcpu();
   l.cpu.store(cpu_, std::memory_order_relaxed);
+  if (rank_ == 0) {
+    agreed_copies_ = copies_.proposals();
+    l.copies = agreed_copies_;
+  }
 }
 
 void HostArena::arrive(int phase) {
@@ -240,7 +244,7 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
   if (!reached(v, target)) {
     if (cpu_ >= 0 && c.cpu.load(std::memory_order_relaxed) == cpu_) {
       wait_beside(peer, target, deadline);
-      if (phase == 1) check_peer(peer);
+      reached_peer(peer, phase);
       return;
     }
     sharing_.apart();
@@ -273,7 +277,14 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
       }
     }
   }
+  reached_peer(peer, phase);
+}
+
+// The peer has announced `phase` of this round, so whatever it wrote into
+// its line when it began the round is visible here.
+void HostArena::reached_peer(int peer, int phase) {
   if (phase == 1) check_peer(peer);
+  if (peer == 0) agreed_copies_ = line(0).copies;
 }
 
 // A peer that began its round on this very CPU cannot arrive while this

@@ -5,8 +5,8 @@
 // Layout: a header page; the member table; one control block per rank, of
 // two 128-byte lines, one per round parity (each holds, in its first cache
 // line, the rank's arrival counter for rounds of that parity, the number of
-// ranks asleep on it, the operation and the CPU of the round, and
-// kInlineBytes of data; in its second, kNearBytes of data); then per rank
+// ranks asleep on it, the operation and the CPU of the round, rank 0's
+// CopyChoice proposals, and kInlineBytes of data; in its second, kNearBytes of data); then per rank
 // two data slots of `slot_bytes` each.
 //
 // Rounds: an operation is one or more rounds (a large one is cut into
@@ -50,6 +50,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/arena/copy_choice.h"
 #include "collectives/arena/slot_stores.h"
 #include "common/process.h"
 #include "transport/liveness.h"
@@ -116,6 +117,11 @@ class HostArena {
   size_t slot_bytes() const { return slot_bytes_; }
   // How this rank writes its slots (slot_stores.h).
   SlotStores& stores() { return stores_; }
+  // Rank 0's timing of allgather's two ways (copy_choice.h), and the
+  // proposals it made when it began the last round this rank has waited
+  // for it in: what every rank's next allgather follows.
+  CopyChoice& copies() { return copies_; }
+  uint32_t agreed_copies() const { return agreed_copies_; }
 
   // Starts the next round of operation `seq` (every rank passes the same
   // `seq` and `fp`; a peer that does not is a Mismatch once seen).
@@ -161,6 +167,7 @@ class HostArena {
   void sleep_on(int peer, uint32_t target, const LazyDeadline& deadline);
   void wait_beside(int peer, uint32_t target, const LazyDeadline& deadline);  // the peer shares this CPU
   void check_peer(int peer);
+  void reached_peer(int peer, int phase);  // after a wait for `peer`
   [[noreturn]] void fail_wait(int peer, uint32_t target);
 
   int rank_, size_;
@@ -180,6 +187,8 @@ class HostArena {
   proc::CpuSharing sharing_;  // when a rank beside its peer moves
   bool reads_ = false;
   SlotStores stores_;
+  CopyChoice copies_;
+  uint32_t agreed_copies_ = 0;
   transport::Liveness* live_ = &transport::Liveness::none();
   int abort_poll_ms_ = 250;
 };

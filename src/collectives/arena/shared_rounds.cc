@@ -63,11 +63,11 @@ coll::arena::HostArena& arena_of(Ctx& c, Coll coll, const char* algo) {
                         "memory on (SHOAL_SHM not 0, SHOAL_SHM_ARENA_BYTES not 0)");
 }
 
-coll::arena::HostArena& reading_arena_of(Ctx& c, Coll coll) {
-  auto& arena = arena_of(c, coll, "shared_cma");
+coll::arena::HostArena& reading_arena_of(Ctx& c, Coll coll, const char* algo) {
+  auto& arena = arena_of(c, coll, algo);
   if (arena.reads()) return arena;
-  throw InvalidArgument(std::string(coll_name(coll)) +
-                        ": algorithm 'shared_cma' needs single-copy reads between the ranks of this host, which "
+  throw InvalidArgument(std::string(coll_name(coll)) + ": algorithm '" + algo +
+                        "' needs single-copy reads between the ranks of this host, which "
                         "are off (SHOAL_SHM=copy, or the kernel refused process_vm_readv: SHOAL_DEBUG=INFO says "
                         "which)");
 }

@@ -56,8 +56,8 @@ class RankPtrs {
 coll::arena::HostArena& arena_of(Ctx& c, Coll coll, const char* algo = "shared");
 // The arena when it has single-copy reads (HostArena::reads), else
 // InvalidArgument naming the collective, as arena_of (the *_shared_cma
-// algorithms).
-coll::arena::HostArena& reading_arena_of(Ctx& c, Coll coll);
+// algorithms, and allgather's shared_timed).
+coll::arena::HostArena& reading_arena_of(Ctx& c, Coll coll, const char* algo = "shared_cma");
 
 // dst = srcs[0] (op) srcs[1] (op) ... (op) srcs[n-1], left to right, `len`
 // elements; dst may alias srcs[0] exactly. n >= 1.

@@ -1,7 +1,6 @@
 // collectives/arena/slot_stores.cc — SlotStores (slot_stores.h).
 #include "collectives/arena/slot_stores.h"
 
-#include <algorithm>
 
 namespace shoal::coll::arena {
 
@@ -42,20 +41,7 @@ void SlotStores::end() {
 
 void SlotStores::note(size_t bytes, bool streamed, double ns_per_byte, bool probe) {
   Class& cl = classes_[size_class(bytes)];
-  // A preempted round may take a thousand times its due: one round counts
-  // as at most 4x the estimate, so that it takes a run of them to flip.
-  double& e = cl.est[streamed];
-  const int sample = cl.samples[streamed]++;
-  if (sample == 0) {
-    e = ns_per_byte;
-  } else if (sample == 1) {
-    // The first choice rests on the faster of the first two rounds of each
-    // way: a round runs slow only by accident (an interrupt, a page fault),
-    // never fast, and in small rounds one accident doubles the time.
-    e = std::min(e, ns_per_byte);
-  } else {
-    e += (probe ? 0.5 : 0.125) * (std::min(ns_per_byte, 4 * e) - e);
-  }
+  update_estimate(cl.est[streamed], cl.samples[streamed]++, ns_per_byte, probe);
   if (cl.samples[0] < 2 || cl.samples[1] < 2) return;  // not enough to compare yet
   if (!cl.streaming && cl.est[0] > kEnter * cl.est[1]) cl.streaming = true;
   if (cl.streaming && cl.est[0] < kLeave * cl.est[1]) cl.streaming = false;

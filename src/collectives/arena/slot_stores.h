@@ -36,6 +36,22 @@
 
 namespace shoal::coll::arena {
 
+// A way's running estimate `e` (ns per byte) after its sample number
+// `sample` (from 0), `x`: the first sets it; the second keeps the faster of
+// the two, since a round runs slow only by accident (an interrupt, a page
+// fault), never fast; later ones move it, a probe half way and others an
+// eighth, each counting as at most 4x the estimate (a preempted round may
+// take a thousand times its due: it takes a run of them to move it far).
+inline void update_estimate(double& e, int sample, double x, bool probe) {
+  if (sample == 0) {
+    e = x;
+  } else if (sample == 1) {
+    e = x < e ? x : e;
+  } else {
+    e += (probe ? 0.5 : 0.125) * ((x < 4 * e ? x : 4 * e) - e);
+  }
+}
+
 class SlotStores {
  public:
   enum class Mode { kAuto, kCached, kStreamed };

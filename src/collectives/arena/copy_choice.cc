@@ -1,0 +1,38 @@
+// collectives/arena/copy_choice.cc — CopyChoice (copy_choice.h).
+#include "collectives/arena/copy_choice.h"
+
+#include "collectives/arena/slot_stores.h"
+
+namespace shoal::coll::arena {
+
+void CopyChoice::note(size_t block, bool single, double ns) {
+  const int c = size_class(block);
+  Class& cl = classes_[c];
+  const uint64_t k = cl.calls++;
+  // Not timed: a class's first call (page faults) and the first call after
+  // a change of way (it pays for the other way's lines where they are).
+  const bool steady = k > 0 && single == cl.last;
+  cl.last = single;
+  if (steady) {
+    update_estimate(cl.est[single], cl.samples[single]++, ns / static_cast<double>(block), single != cl.single);
+    if (cl.samples[0] >= 2 && cl.samples[1] >= 2) {
+      const int other = !cl.single;
+      if (cl.est[other] < kSwitch * cl.est[!other]) cl.single = other;
+    }
+  }
+  // The way of the class's next calls: slots for calls 1-2 and single copy
+  // for 4-5 (each after one untimed call), then the faster, and the other
+  // for two calls in every kProbeEvery.
+  const uint64_t next = cl.calls;
+  bool way = cl.single;
+  if (next < 3) {
+    way = false;
+  } else if (next < 6) {
+    way = true;
+  } else if (next % kProbeEvery < 2) {
+    way = !cl.single;
+  }
+  word_ = way ? word_ | (1u << c) : word_ & ~(1u << c);
+}
+
+}  // namespace shoal::coll::arena
