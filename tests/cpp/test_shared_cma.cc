@@ -129,8 +129,9 @@ TEST(SharedCma, CopyChoiceTakesTheFasterWayAndProbesTheOther) {
   EXPECT_EQ(count(last - CopyChoice::kProbeEvery, last), 2);  // back to the slots, probing single copy
 }
 
-// The table's allgather on two ranks with a core each runs one copy or two
-// as rank 0 proposes, probes included: every rank must follow rank 0 (one on
+// The timed allgather (the table's on two ranks with a core each, forced
+// here so that it cannot quietly be another) runs one copy or two as rank 0
+// proposes, probes included: every rank must follow rank 0 (one on
 // the other way would read a stale slot or address: a wrong result, a
 // mismatch or a timeout here). First each allgather comes right after a
 // broadcast rooted at rank 1, whose root waits for rank 0's second phase
@@ -140,12 +141,12 @@ TEST(SharedCma, TimedAllgatherRanksFollowRankZero) {
   jo.env["SHOAL_TIMEOUT_S"] = "20";
   auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
     for (int k = 0; k < 160 && test::check_failures() == 0; ++k) {
-      allgather(*c, me, 2, 16384, k, "");                 // 64 KiB blocks
+      allgather(*c, me, 2, 16384, k, "shared_timed");     // 64 KiB blocks
       broadcast(*c, me, 16384, 2 * k + 1, "shared_cma");  // root 1
     }
     for (int k = 0; k < 100 && test::check_failures() == 0; ++k) {
-      allgather(*c, me, 2, 16384, k, "");
-      allgather(*c, me, 2, 65536 + 1024, k, "");  // 260 KiB blocks
+      allgather(*c, me, 2, 16384, k, "shared_timed");
+      allgather(*c, me, 2, 65536 + 1024, k, "shared_timed");  // 260 KiB blocks
       float x = static_cast<float>(me);
       c->allreduce(&x, &x, 1, f32, ReduceOp::kSum)->wait();
       SHOAL_CHECK_MSG(x == 1.0f, "allreduce in round " << k);

@@ -15,13 +15,14 @@ void allgather_shared_timed(Ctx& c, const Args& a) {
   auto& arena = reading_arena_of(c, Coll::kAllgather, "shared_timed");
   const size_t block = a.count * a.elem();
   const bool single = arena::CopyChoice::single(arena.agreed_copies(), block);
-  const auto t0 = std::chrono::steady_clock::now();
+  const bool timing = arena.rank() == 0;  // only rank 0's times decide
+  const auto t0 = timing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (single) {
     allgather_shared_cma(c, a);
   } else {
     allgather_shared(c, a);
   }
-  if (arena.rank() == 0) {
+  if (timing) {
     const std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
     arena.copies().note(block, single, dt.count());
   }

@@ -1,8 +1,6 @@
 // collectives/arena/copy_choice.cc — CopyChoice (copy_choice.h).
 #include "collectives/arena/copy_choice.h"
 
-#include "collectives/arena/slot_stores.h"
-
 namespace shoal::coll::arena {
 
 void CopyChoice::note(size_t block, bool single, double ns) {

@@ -9,7 +9,7 @@
 // rounds' time from 64 KiB to 32 MiB of output; with them close, 1.29x at
 // 512 KiB, where the slots pipeline (docs/algorithms.md, "Single copy").
 // So rank 0 times its allgathers, one estimate of ns per byte per way and
-// size class (a power of two of the block per rank, from kMinBytes), and
+// size class (slot_stores.h: a power of two of the block per rank), and
 // proposes a way per class: calls 0-2 of a class through the slots, 3-5
 // single copy, then the faster, and two calls in every kProbeEvery the
 // other way. Not timed: a class's first call (page faults) and the first
@@ -26,21 +26,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "collectives/arena/slot_stores.h"
+
 namespace shoal::coll::arena {
 
 class CopyChoice {
  public:
-  static constexpr size_t kMinBytes = 32 << 10;  // per rank
   static constexpr uint64_t kProbeEvery = 32;
-  static constexpr int kClasses = 16;
   // The other way must be this much faster to be taken instead.
   static constexpr double kSwitch = 0.9;
 
-  static int size_class(size_t block) {
-    int c = 0;
-    for (size_t b = kMinBytes * 2; b <= block && c < kClasses - 1; b *= 2) ++c;
-    return c;
-  }
   // The way of an allgather of `block` bytes per rank in a word of proposals.
   static bool single(uint32_t word, size_t block) { return (word >> size_class(block)) & 1u; }
 
@@ -57,7 +52,7 @@ class CopyChoice {
     bool single = false;  // the faster so far
     bool last = false;    // the way of the last call
   };
-  Class classes_[kClasses];
+  Class classes_[kSizeClasses];
   uint32_t word_ = 0;
 };
 

@@ -4,12 +4,6 @@
 
 namespace shoal::coll::arena {
 
-int SlotStores::size_class(size_t bytes) {
-  int c = 0;
-  for (size_t b = kMinBytes * 2; b <= bytes && c < kClasses - 1; b *= 2) ++c;
-  return c;
-}
-
 bool SlotStores::begin(size_t bytes) {
   timing_ = false;
   if (bytes < kMinBytes || mode_ == Mode::kCached) return false;

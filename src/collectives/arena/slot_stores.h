@@ -36,6 +36,18 @@
 
 namespace shoal::coll::arena {
 
+// The size classes of the arena's measured choices (SlotStores here,
+// CopyChoice in copy_choice.h), by bytes per rank: [32 KiB, 64 KiB) is 0,
+// then each a power of two, the last from 1 GiB (the largest slot) up. A
+// round's or call's fixed costs weigh more per byte in a smaller class.
+inline constexpr size_t kClassMinBytes = 32 << 10;
+inline constexpr int kSizeClasses = 16;
+inline int size_class(size_t bytes) {
+  int c = 0;
+  for (size_t b = kClassMinBytes * 2; b <= bytes && c < kSizeClasses - 1; b *= 2) ++c;
+  return c;
+}
+
 // A way's running estimate `e` (ns per byte) after its sample number
 // `sample` (from 0), `x`: the first sets it; the second keeps the faster of
 // the two, since a round runs slow only by accident (an interrupt, a page
@@ -55,7 +67,7 @@ inline void update_estimate(double& e, int sample, double x, bool probe) {
 class SlotStores {
  public:
   enum class Mode { kAuto, kCached, kStreamed };
-  static constexpr size_t kMinBytes = 32 << 10;  // per rank and round
+  static constexpr size_t kMinBytes = kClassMinBytes;  // per rank and round
   static constexpr uint64_t kProbeEvery = 64;
   static constexpr double kEnter = 2.0, kLeave = 1.3;
 
@@ -88,11 +100,9 @@ class SlotStores {
     bool streaming = false;
     uint64_t rounds = 0;     // rounds of the class begun
   };
-  static constexpr int kClasses = 16;  // 32 KiB (kMinBytes) to 1 GiB (the largest slot)
-  static int size_class(size_t bytes);
 
   Mode mode_ = Mode::kAuto;
-  Class classes_[kClasses];
+  Class classes_[kSizeClasses];
   // The round begun last: timed when it is large enough.
   bool timing_ = false, streamed_ = false, probe_ = false;
   size_t bytes_ = 0;
