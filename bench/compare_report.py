@@ -95,7 +95,7 @@ def write_markdown(path, args, meta, rows):
                  f"{load.Load(args.load).describe()}, started before and stopped after "
                  f"every implementation's run, so each met the same interference")
     L.append("- time_us: median over iterations per rank, max over ranks (each iteration "
-             "preceded by an untimed barrier for gloo/mpi). busbw in GB/s (1e9 B/s) with "
+             "preceded by an untimed barrier, shoal-perf's `--barrier` included). busbw in GB/s (1e9 B/s) with "
              "nccl-tests factors: allreduce 2(n-1)/n, allgather (n-1)/n, broadcast 1; "
              "allgather bytes = output size per rank."
              + (" reduce_scatter: factor (n-1)/n, bytes = input size per rank."

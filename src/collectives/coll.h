@@ -57,6 +57,13 @@ constexpr bool is_rooted(Coll c) {
   return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
 }
 constexpr bool is_p2p(Coll c) { return c == Coll::kSend || c == Coll::kRecv; }
+// Whether `count` (Args) is one block of several, one per rank, in the
+// larger of `c`'s buffers: allgather, gather, scatter, reduce_scatter,
+// alltoall.
+constexpr bool blocks_per_rank(Coll c) {
+  return c == Coll::kAllgather || c == Coll::kGather || c == Coll::kScatter || c == Coll::kReduceScatter ||
+         c == Coll::kAlltoall;
+}
 bool parse_coll(std::string_view s, Coll* out);
 
 // Arguments of one collective, in elements of `dt`.

@@ -18,13 +18,18 @@ const Knob kKnobs[] = {
      "Default timeout of every operation, in seconds (`Options::timeout` in code)."},
     {"SHOAL_SPIN_US", "", "auto",
      "Busy-poll this long (µs) before sleeping, when the thread that waits for an operation runs "
-     "it itself, or drives a send or receive it waits for (the background executor never spins: it"
-     " would steal the core from the computation it overlaps). Auto: 200; when this host runs more"
+     "it itself, or drives a send or receive it waits for (the background executor never spins on"
+     " messages: it would steal the core from the computation it overlaps). Auto: 200; in the "
+     "shared arena (all ranks on one host), 5000 for an operation of up to 4 MiB per rank that "
+     "the caller runs itself, holding the core, so that a peer preempted by a neighbour's burst "
+     "finds its partner still there when it comes back (bench/results/arena-spin). Such a wait "
+     "gives the core away (`sched_yield`) between polls only while the peer's thread is queued on"
+     " it (read from /proc); other arena waits give it away after 10 µs. When this host runs more"
      " ranks than it has cores (`LOCAL_WORLD_SIZE`, else the world size; revised from the "
-     "topology), the spin gives the core away (`sched_yield`) between polls instead of holding it,"
-     " so the peer it waits for can run (bench/results/yield-spin). An explicit value spins "
-     "without yielding. A wait for messages (TCP, the shared-memory rings) yields between polls "
-     "that found nothing whatever the value: the peer may be queued on this core "
+     "topology), every spin gives the core away between polls from the start, so the peer it "
+     "waits for can run (bench/results/yield-spin). An explicit value is the spin of every wait "
+     "and does not yield from the start. A wait for messages (TCP, the shared-memory rings) yields"
+     " between polls that found nothing whatever the value: the peer may be queued on this core "
      "(bench/peers/README.md)."},
     {"SHOAL_SEGMENT_BYTES", "524288", nullptr,
      "Pipelining segment of large transfers (bench/results/segment-sweep)."},

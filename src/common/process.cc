@@ -1,10 +1,12 @@
 // common/process.cc — see process.h.
 #include "common/process.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -89,6 +91,74 @@ bool move_off_cpu(int cpu) {
   if (CPU_COUNT(&others) == 0 || sched_setaffinity(0, sizeof(others), &others) != 0) return false;
   sched_setaffinity(0, sizeof(mask), &mask);
   return true;
+}
+
+bool parse_task_stat(std::string_view line, char* state, int* cpu) {
+  // The command name (field 2) is in parentheses and may hold anything.
+  const size_t close = line.rfind(')');
+  if (close == std::string_view::npos) return false;
+  std::string_view rest = line.substr(close + 1);
+  auto next = [&rest](std::string_view* field) {
+    const size_t b = rest.find_first_not_of(' ');
+    if (b == std::string_view::npos) return false;
+    const size_t e = rest.find(' ', b);
+    *field = rest.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b);
+    rest = e == std::string_view::npos ? std::string_view() : rest.substr(e);
+    return true;
+  };
+  std::string_view field;
+  if (!next(&field) || field.size() != 1) return false;
+  const char s = field[0];
+  for (int i = 4; i <= 39; ++i) {
+    if (!next(&field)) return false;
+  }
+  int c = -1;
+  const auto [end, err] = std::from_chars(field.data(), field.data() + field.size(), c);
+  if (err != std::errc() || end != field.data() + field.size() || c < 0) return false;
+  *state = s;
+  *cpu = c;
+  return true;
+}
+
+int this_tid() {
+  static thread_local const int tid = static_cast<int>(gettid());
+  return tid;
+}
+
+TaskWatch& TaskWatch::operator=(TaskWatch&& o) noexcept {
+  if (this != &o) {
+    close();
+    pid_ = o.pid_;
+    tid_ = o.tid_;
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+void TaskWatch::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool TaskWatch::watch(int64_t pid, int tid) {
+  if (pid == pid_ && tid == tid_) return fd_ >= 0;
+  close();
+  pid_ = pid;
+  tid_ = tid;
+  if (pid <= 0 || tid <= 0) return false;
+  const std::string path = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat";
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  return fd_ >= 0;
+}
+
+int TaskWatch::runnable_on(int cpu) const {
+  if (fd_ < 0) return -1;
+  char buf[1024];
+  const ssize_t n = pread(fd_, buf, sizeof(buf), 0);
+  char state = 0;
+  int at = -1;
+  if (n <= 0 || !parse_task_stat(std::string_view(buf, static_cast<size_t>(n)), &state, &at)) return -1;
+  return state == 'R' && at == cpu ? 1 : 0;
 }
 
 }  // namespace shoal::proc

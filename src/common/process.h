@@ -7,7 +7,10 @@
 // for the peer.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace shoal::proc {
 
@@ -31,6 +34,41 @@ std::string pid_of(const std::string& token);
 // other CPU. For two ranks that the scheduler keeps on one CPU while others
 // are idle (collectives/arena/host_arena.cc).
 bool move_off_cpu(int cpu);
+
+// The state letter (field 3: 'R' running or queued to run, 'S' asleep, ...)
+// and the CPU (field 39: where it runs, is queued, or last ran) of a line of
+// /proc/<pid>/task/<tid>/stat; false if `line` is not one.
+bool parse_task_stat(std::string_view line, char* state, int* cpu);
+
+// This thread's id (gettid, read once per thread).
+int this_tid();
+
+// One thread of a process of this machine, watched through its
+// /proc/<pid>/task/<tid>/stat, kept open: a look is one pread (about 2 us).
+// For a rank that waits for a peer while holding its core: whether the peer
+// is queued on that very core, behind the waiter (collectives/arena).
+class TaskWatch {
+ public:
+  TaskWatch() = default;
+  TaskWatch(const TaskWatch&) = delete;
+  TaskWatch& operator=(const TaskWatch&) = delete;
+  TaskWatch(TaskWatch&& o) noexcept { *this = std::move(o); }
+  TaskWatch& operator=(TaskWatch&& o) noexcept;
+  ~TaskWatch() { close(); }
+
+  // Watches thread `tid` of process `pid` (opening its stat when either
+  // changed); false when it cannot be opened.
+  bool watch(int64_t pid, int tid);
+  // 1 if the thread is running or queued on `cpu`, 0 if not, -1 when that
+  // cannot be read.
+  int runnable_on(int cpu) const;
+
+ private:
+  void close();
+  int64_t pid_ = 0;
+  int tid_ = 0;
+  int fd_ = -1;
+};
 
 // When a rank that waits for a peer sharing its CPU should move (the caller
 // moves, with move_off_cpu). Two ranks on one CPU take turns on it at every

@@ -93,6 +93,11 @@ class CommunicatorImpl final : public core::Runner {
   // Spin by yielding the core: the spin budget was derived, not set, and
   // this machine has more of the communicator's ranks than cores.
   bool spin_yield() const override REQUIRES(sched_.drive()) { return spin_auto_ && crowded_; }
+  // How the arena waits in an operation of `bytes` per rank (prepare()'s
+  // caller runs it).
+  void set_arena_spin(coll::arena::HostArena& arena, size_t bytes) REQUIRES(sched_.drive());
+  static constexpr int kArenaHoldUs = 5000;
+  static constexpr size_t kArenaHoldMaxBytes = size_t{4} << 20;
   void wake() override { hybrid_->wake(); }
 
   void run_collective(Op& op) REQUIRES(sched_.drive());
@@ -134,6 +139,7 @@ class CommunicatorImpl final : public core::Runner {
   // More of this communicator's ranks on this machine than cores: a guess
   // from LOCAL_WORLD_SIZE until topology() counts them.
   bool crowded_ GUARDED_BY(sched_.drive()) = false;
+  bool inline_caller_ GUARDED_BY(sched_.drive()) = false;  // of the operation being prepared
   coll::Scratch scratch_ GUARDED_BY(sched_.drive());
   struct Chosen {
     size_t count = 0;

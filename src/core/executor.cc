@@ -62,7 +62,23 @@ void CommunicatorImpl::abort(const std::string& reason) {
 }
 
 void CommunicatorImpl::prepare(bool inline_caller) {
+  inline_caller_ = inline_caller;
   hybrid_->set_spin_us(inline_caller ? spin_us_ : 0);
+}
+
+// How an operation of `bytes` (per rank, as select() weighs them) waits in
+// the arena. A caller that runs it itself, on a host with a core per rank,
+// holds its core, and for up to kArenaHoldUs when the budget is derived:
+// a peer preempted by a bursty neighbour is back within a time slice or
+// two, while a core given away, or left by a sleep, goes to that neighbour
+// for a slice of its own. Operations above kArenaHoldMaxBytes, the
+// executor (which overlaps computation) and a crowded host spin for
+// spin_us_ and give the core away (bench/results/arena-spin).
+void CommunicatorImpl::set_arena_spin(coll::arena::HostArena& arena, size_t bytes) {
+  using Spin = coll::arena::HostArena::Spin;
+  if (spin_yield()) return arena.set_spin(spin_us_, Spin::kYield);
+  if (!inline_caller_ || bytes > kArenaHoldMaxBytes) return arena.set_spin(spin_us_, Spin::kShare);
+  arena.set_spin(spin_auto_ ? kArenaHoldUs : spin_us_, Spin::kHold);
 }
 
 void CommunicatorImpl::fail_inflight(std::exception_ptr cause) {
@@ -210,6 +226,7 @@ void CommunicatorImpl::run_collective(Op& op) {
   const auto timeout = op.opts.timeout.value_or(opts_.timeout);
   const coll::Topology& topo = topology();
   coll::arena::HostArena* shared = arena(timeout);  // set up within this operation's time
+  if (shared) set_arena_spin(*shared, a.count * a.elem() * (coll::blocks_per_rank(op.coll) ? size_ : 1));
   if (!op.algo) op.algo = &chosen(op.coll, a, topo);
   fp.algo = coll::algorithm_id(*op.algo);
   coll::Ctx ctx(*hybrid_, view_, op.seq, fp, timeout, scratch_, tuning_, topo, shared);
@@ -223,7 +240,7 @@ coll::arena::HostArena* CommunicatorImpl::arena(Clock::duration timeout) {
   arena_checked_ = true;
   if (size_ < 2 || arena_bytes_ == 0 || topo_.nhosts() != 1) return nullptr;
   coll::arena::SetupParams p{*store_, *live_, rank_, size_, uid_, root_->secret_, arena_bytes_, shm_mode_ == "1",
-                             spin_us_, spin_yield(), slot_stores_};
+                             spin_us_, coll::arena::HostArena::Spin::kShare, slot_stores_};
   std::string report;
   arena_ = coll::arena::set_up(p, Clock::now() + timeout, &report);
   observer_->info(label_ + ": " + report);

@@ -25,6 +25,7 @@ class OnOneCpu {
   OnOneCpu(const OnOneCpu&) = delete;
   OnOneCpu& operator=(const OnOneCpu&) = delete;
   bool ok() const { return ok_; }
+  const cpu_set_t& old_mask() const { return old_; }  // the mask it puts back
 
  private:
   cpu_set_t old_{};

@@ -11,11 +11,14 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
@@ -238,6 +241,115 @@ TEST(Arena, CpuSharingMovesAgainWhileMovesAreUndone) {
   can_move = true;
   EXPECT_EQ(waits_to_move(v, 3 * S::kMaxHoldoff), S::kMaxHoldoff + S::kMoveAfter);
   EXPECT_EQ(moves, before + 1);
+}
+
+// The two fields a waiting rank reads of its peer's thread
+// (/proc/<pid>/task/<tid>/stat), whatever the command name holds.
+TEST(Arena, TaskStatGivesStateAndCpu) {
+  auto line = [](const std::string& comm, const std::string& state, const std::string& cpu) {
+    std::string s = "4242 (" + comm + ") " + state;
+    for (int f = 4; f <= 38; ++f) s += " " + std::to_string(f * 3);
+    return s + " " + cpu + " 0 0 0 0\n";
+  };
+  char state = 0;
+  int cpu = -1;
+  ASSERT_TRUE(proc::parse_task_stat(line("shoal-perf", "R", "1"), &state, &cpu));
+  EXPECT_EQ(state, 'R');
+  EXPECT_EQ(cpu, 1);
+  ASSERT_TRUE(proc::parse_task_stat(line("a) S 9 (b c", "S", "13"), &state, &cpu));
+  EXPECT_EQ(state, 'S');
+  EXPECT_EQ(cpu, 13);
+  const std::string last = line("x", "D", "5");
+  ASSERT_TRUE(proc::parse_task_stat(last.substr(0, last.find(" 0 0 0 0")), &state, &cpu));  // the CPU ends it
+  EXPECT_EQ(cpu, 5);
+  for (const std::string& bad : {line("x", "RS", "1"), line("x", "R", "-1"), line("x", "R", "1a"),
+                                 std::string("4242 (x) R 1 2 3"), std::string("4242 x R 1 2 3")}) {
+    state = 0;
+    cpu = -1;
+    EXPECT_FALSE(proc::parse_task_stat(bad, &state, &cpu)) << bad;
+    EXPECT_EQ(cpu, -1) << bad;
+  }
+}
+
+// A wait that holds its core (Spin::kHold) gives it away only while the
+// thread that runs its peer's rounds is queued on it: here rank 1's thread
+// begins a round on this thread's CPU (both pinned to one) and spins, then
+// sleeps, then is gone.
+TEST(Arena, WaitSeesItsPeerQueuedOnItsCpu) {
+  std::string why;
+  auto a0 = coll::arena::HostArena::create(0, 2, 77, 4096, &why);
+  ASSERT_TRUE(a0) << why;
+  auto a1 = coll::arena::HostArena::attach(1, 2, 77, a0->where(), &why);
+  ASSERT_TRUE(a1) << why;
+  EXPECT_TRUE(a0->peer_queued_here(1));  // no round begun: it cannot tell
+  test::OnOneCpu pinned;
+  ASSERT_TRUE(pinned.ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  int stage = 0;
+  std::atomic<bool> spin{true};
+  std::thread peer([&] {
+    a1->begin(1, transport::Fingerprint{});
+    {
+      std::lock_guard<std::mutex> g(mu);
+      stage = 1;
+    }
+    cv.notify_all();
+    while (spin.load(std::memory_order_relaxed)) {
+    }
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return stage == 2; });
+  });
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return stage == 1; });
+  }
+  EXPECT_TRUE(a0->peer_queued_here(1));  // it spins, behind this thread
+  spin.store(false);
+  bool away = false;  // it goes to sleep once it has the CPU to see `spin`
+  for (int i = 0; i < 1000000 && !away; ++i) {
+    sched_yield();
+    away = !a0->peer_queued_here(1);
+  }
+  EXPECT_TRUE(away);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    stage = 2;
+  }
+  cv.notify_all();
+  const int tid = [] { return proc::this_tid(); }();
+  peer.join();
+  proc::TaskWatch gone;
+  EXPECT_FALSE(gone.watch(getpid(), tid + 1000000));  // no such thread
+  EXPECT_EQ(gone.runnable_on(sched_getcpu()), -1);
+  proc::TaskWatch self;
+  ASSERT_TRUE(self.watch(getpid(), tid));
+  EXPECT_EQ(self.runnable_on(sched_getcpu()), 1);  // running here
+  // Running on another CPU: not queued here.
+  int other = -1;
+  for (int c = 0; c < CPU_SETSIZE && other < 0; ++c) {
+    if (CPU_ISSET(c, &pinned.old_mask()) && c != sched_getcpu()) other = c;
+  }
+  if (other < 0) return;
+  std::atomic<int> there{0};
+  std::thread elsewhere([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(other, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) return there.store(-1);
+    there.store(proc::this_tid());
+    while (there.load(std::memory_order_relaxed) > 0) {
+    }
+  });
+  while (there.load() == 0) sched_yield();
+  const int there_tid = there.load();
+  ASSERT_GT(there_tid, 0);
+  proc::TaskWatch w;
+  ASSERT_TRUE(w.watch(getpid(), there_tid));
+  EXPECT_EQ(w.runnable_on(sched_getcpu()), 0);
+  EXPECT_EQ(w.runnable_on(other), 1);
+  there.store(0);
+  elsewhere.join();
 }
 
 // One host: the arena is what a small and a large allreduce choose.

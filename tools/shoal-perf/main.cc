@@ -121,6 +121,10 @@ int main(int argc, char** argv) {
   app.add_flag("--queued", cfg.queued,
                "issue each operation asynchronously and wait on it (the path of async callers) instead "
                "of as a blocking call, which runs small operations in the calling thread");
+  app.add_flag("--barrier", cfg.barrier,
+               "precede each timed iteration with an untimed barrier, as bench/peers' Gloo and MPI "
+               "runs do (otherwise iterations run back to back, and a rank late from the last one "
+               "shows in the next one's time)");
   app.add_option("--algo", cfg.algo, "force an algorithm by name (see docs/algorithms.md)");
   app.add_option("--format", format, "text or json")->check(CLI::IsMember({"text", "json"}));
   app.add_option("--rank", rank)->group("");  // internal: set by --np spawning

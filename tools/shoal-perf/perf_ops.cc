@@ -93,11 +93,11 @@ int run(Communicator& comm, const Config& c) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
     if (!c.json) {
-      std::printf("# shoal-perf: %s, %d ranks, %s %s, iters %d, warmup %d, check %s, in place %s, algorithm %s, %s\n",
+      std::printf("# shoal-perf: %s, %d ranks, %s %s, iters %d, warmup %d, check %s, in place %s, algorithm %s, %s%s\n",
                   c.op.c_str(), n, std::string(dtype_name(c.dtype)).c_str(),
                   std::string(reduce_op_name(c.redop)).c_str(), c.iters, c.warmup, c.check ? "on" : "off",
                   c.inplace ? "yes" : "no", c.algo.empty() ? "auto" : c.algo.c_str(),
-                  c.queued ? "queued" : "blocking");
+                  c.queued ? "queued" : "blocking", c.barrier ? ", barrier before each iteration" : "");
       std::printf("# host %s, %ld cores; time = median of per-iteration times, slowest rank\n", host,
                   sysconf(_SC_NPROCESSORS_ONLN));
       std::printf("#%14s %12s %9s %6s %12s %12s %12s %8s\n", "bytes", "count", "dtype", "redop", "time_us",
@@ -165,6 +165,7 @@ int run(Communicator& comm, const Config& c) {
     std::vector<double> times;
     times.reserve(static_cast<size_t>(c.iters));
     for (int i = 0; i < c.iters; ++i) {
+      if (c.barrier) comm.barrier(oo)->wait();
       auto t0 = std::chrono::steady_clock::now();
       issue();
       auto t1 = std::chrono::steady_clock::now();

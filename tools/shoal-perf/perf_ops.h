@@ -18,6 +18,7 @@ struct Config {
   int iters = 20, warmup = 5;
   bool check = false, inplace = false, json = false;
   bool queued = false;  // hand every operation to the executor (no blocking fast path)
+  bool barrier = false;  // an untimed barrier before each timed iteration (the peers' rule)
   std::string algo;
 };
 

@@ -34,7 +34,7 @@ struct SetupParams {
   size_t slot_bytes = 0;      // SHOAL_SHM_ARENA_BYTES
   bool reads = true;          // try single-copy reads (SHOAL_SHM=1)
   int spin_us = 0;
-  bool spin_yield = false;
+  HostArena::Spin spin = HostArena::Spin::kShare;
   SlotStores::Mode stores = SlotStores::Mode::kAuto;  // SHOAL_SHM_STREAM
 };
 

@@ -22,14 +22,17 @@ namespace shoal::coll::arena {
 namespace {
 
 constexpr uint32_t kArenaMagic = 0x53484152;  // "SHAR"
-constexpr uint32_t kArenaVersion = 4;  // 4: the member table (pids and mapping addresses)
+constexpr uint32_t kArenaVersion = 5;  // 5: the member table (pids, mapping addresses, threads)
 constexpr size_t kPage = 4096;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 // Longer than a store can wait in a store buffer (a cache-line transfer,
 // well under a microsecond): see sleep_on().
 constexpr auto kStoreSettle = std::chrono::microseconds(2);
-// Spinning holds the core for this long, then yields it between polls.
+// Spinning holds the core for this long; then Spin::kShare gives it away
+// between polls, and Spin::kHold looks whether the peer is queued on it
+// (peer_queued_here()), then again this often.
 constexpr auto kYieldAfter = std::chrono::microseconds(10);
+constexpr auto kLookEvery = std::chrono::microseconds(25);
 // A waiter whose peer shares its CPU yields it for this long, then sleeps.
 constexpr auto kSameCpuYield = std::chrono::microseconds(20);
 
@@ -87,6 +90,7 @@ struct HostArena::Control {
 struct HostArena::Member {
   int64_t pid = 0;
   uint64_t map = 0;  // the address of the segment in that rank's own memory
+  std::atomic<int32_t> tid{0};  // the thread that began the rank's last round
 };
 
 namespace {
@@ -118,6 +122,7 @@ HostArena::HostArena(int rank, int size, size_t slot_bytes, void* map, size_t ma
   static_assert(offsetof(Line, data) == kInlineOffset && sizeof(Line) == kLineBytes);
   static_assert(offsetof(Line, near) == kNearOffset);
   static_assert(sizeof(Control) == kControlBytes);
+  watches_.resize(static_cast<size_t>(size));
   Member& me = member(rank);
   me.pid = getpid();
   me.map = reinterpret_cast<uintptr_t>(map);
@@ -214,6 +219,10 @@ void HostArena::begin(uint64_t seq, const Fingerprint& fp) {
   l.fp = fp;
   cpu_ = sched_getcpu();
   l.cpu.store(cpu_, std::memory_order_relaxed);
+  if (const int tid = proc::this_tid(); tid != tid_) {  // a peer's look at where this rank is
+    member(rank_).tid.store(tid, std::memory_order_relaxed);
+    tid_ = tid;
+  }
   if (rank_ == 0) {
     agreed_copies_ = copies_.proposals();
     l.copies = agreed_copies_;
@@ -248,8 +257,8 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
       return;
     }
     sharing_.apart();
-    Clock::time_point until{}, yield_from{};
-    bool yielding = spin_yield_;
+    Clock::time_point until{}, look_at{};
+    bool yielding = spin_ == Spin::kYield;
     for (unsigned i = 1;; ++i) {
       if (yielding) {
         sched_yield();
@@ -263,12 +272,19 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
         const auto now = Clock::now();
         if (i == 64) {  // the first look at the clock starts both windows
           until = now + std::chrono::microseconds(spin_us_);
-          yield_from = now + kYieldAfter;
+          look_at = now + kYieldAfter;
           continue;
         }
-        // The peer may be waiting for this very core (the scheduler puts a
-        // woken rank beside its waker): give it the core between polls.
-        if (now >= yield_from) yielding = true;
+        // Holding the core keeps the peer from arriving only when the peer
+        // is queued on it (a woken thread goes beside its waker; a runnable
+        // one may be balanced onto a busy core): give it away between polls
+        // while it is. A core given away otherwise goes to whatever else is
+        // runnable here, for a whole time slice.
+        if (spin_ == Spin::kShare && now >= look_at) yielding = true;
+        if (spin_ == Spin::kHold && now >= look_at) {
+          yielding = peer_queued_here(peer);
+          look_at = now + kLookEvery;
+        }
         if (now >= until) {
           sleep_on(peer, target, deadline);
           v = c.flag.load(std::memory_order_acquire);
@@ -287,6 +303,13 @@ void HostArena::reached_peer(int peer, int phase) {
   if (peer == 0) agreed_copies_ = line(0).copies;
 }
 
+bool HostArena::peer_queued_here(int peer) {
+  const Member& m = member(peer);
+  proc::TaskWatch& w = watches_[static_cast<size_t>(peer)];
+  w.watch(m.pid, m.tid.load(std::memory_order_relaxed));
+  return w.runnable_on(sched_getcpu()) != 0;  // when it cannot tell: as if it were
+}
+
 // A peer that began its round on this very CPU cannot arrive while this
 // rank holds it (the scheduler keeps two ranks together for a while after a
 // fork or a wake-up, on a machine with idle cores too): give the CPU away at
@@ -294,7 +317,7 @@ void HostArena::reached_peer(int peer, int phase) {
 // two rounds while there are cores enough, the higher rank of the two moves
 // (proc::CpuSharing: less often while the scheduler keeps putting it back).
 void HostArena::wait_beside(int peer, uint32_t target, const LazyDeadline& deadline) {
-  sharing_.beside(!spin_yield_ && rank_ > peer, [this] { return proc::move_off_cpu(cpu_); });
+  sharing_.beside(spin_ != Spin::kYield && rank_ > peer, [this] { return proc::move_off_cpu(cpu_); });
   const Line& c = line(peer);
   const auto give_up = Clock::now() + kSameCpuYield;
   do {

@@ -25,7 +25,12 @@
 //
 // Waiting spins for `spin_us`, then sleeps on the peer's counter (a futex
 // on shared memory; the arriving side wakes sleepers only when some are
-// registered). While asleep it looks, every `abort_poll_ms`, at the
+// registered). How the spin treats the core is set per operation (Spin):
+// a caller that runs its operation itself holds it, giving it away between
+// polls only while the peer's thread is queued on it (read from /proc every
+// 25 us from 10 us on: each rank keeps the thread that runs its rounds in
+// the member table); the executor holds it 10 us, then gives it away
+// between polls; with more ranks than cores every wait gives it away. While asleep it looks, every `abort_poll_ms`, at the
 // communicator's abort record and at whether the peer's process is gone.
 //
 // Single-copy reads: where the kernel lets every rank read every other
@@ -49,6 +54,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/arena/copy_choice.h"
 #include "collectives/arena/slot_stores.h"
@@ -89,9 +95,16 @@ class HostArena {
     live_ = live ? live : &transport::Liveness::none();
     abort_poll_ms_ = abort_poll_ms;
   }
-  void set_spin(int us, bool yield) {
+  // How a wait spins before it sleeps (set per operation:
+  // CommunicatorImpl::prepare).
+  enum class Spin {
+    kHold,   // holds the core; gives it away between polls only while the peer is queued on it
+    kShare,  // holds it for 10 us, then gives it away between polls
+    kYield,  // gives it away between polls from the start
+  };
+  void set_spin(int us, Spin how) {
     spin_us_ = us;
-    spin_yield_ = yield;
+    spin_ = how;
   }
 
   // Single-copy reads (see the top of this file). Tries to read the
@@ -139,6 +152,10 @@ class HostArena {
     if (bytes <= kNearBytes) return line_at(r) + kNearOffset;
     return slot(r);
   }
+  // What a Spin::kHold wait looks at: whether the thread that began
+  // `peer`'s last round is queued on this thread's CPU (true also when
+  // that cannot be read, as with no round begun yet).
+  bool peer_queued_here(int peer);
   static constexpr size_t kInlineBytes = 24;
   // A round of at most kNearBytes per rank keeps its data in the second
   // cache line of the rank's control line, which the adjacent-line
@@ -182,8 +199,10 @@ class HostArena {
   uint64_t seq_ = 0;
   Fingerprint fp_;
   int spin_us_ = 200;
-  bool spin_yield_ = false;
+  Spin spin_ = Spin::kShare;
   int cpu_ = -1;  // the CPU this rank began its current round on
+  int tid_ = 0;   // the thread in this rank's member entry
+  std::vector<proc::TaskWatch> watches_;  // per peer, for peer_queued_here()
   proc::CpuSharing sharing_;  // when a rank beside its peer moves
   bool reads_ = false;
   SlotStores stores_;
