@@ -50,5 +50,6 @@ void scatter_linear(Ctx& c, const Args& a);
 void scatter_binomial(Ctx& c, const Args& a);
 
 void barrier_dissemination(Ctx& c, const Args& a);
+void barrier_shared(Ctx& c, const Args& a);
 
 }  // namespace shoal::coll

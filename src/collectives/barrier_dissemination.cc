@@ -8,7 +8,8 @@
 // the barrier. Unlike a tree barrier there is no root and every rank is
 // done after the same number of rounds.
 //
-// Cost (p ranks): ceil(log2 p) alpha. The only barrier algorithm.
+// Cost (p ranks): ceil(log2 p) alpha. The barrier but where every rank
+// shares the arena (barrier_shared.cc).
 #include "collectives/algorithms.h"
 #include "collectives/patterns/ring.h"
 #include "collectives/patterns/tree.h"

@@ -47,6 +47,7 @@ const Algorithm kTable[] = {
     {Coll::kScatter, "linear", scatter_linear},
     {Coll::kScatter, "binomial", scatter_binomial},
     {Coll::kBarrier, "dissemination", barrier_dissemination},
+    {Coll::kBarrier, "shared", barrier_shared},
 };
 
 static_assert(std::size(kTable) < 256, "algorithm ids are one byte (Fingerprint::algo)");

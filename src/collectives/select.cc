@@ -94,7 +94,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     case Coll::kReduceScatterv: return must(c, "ring");
     case Coll::kAlltoall: return must(c, "pairwise");
     case Coll::kAlltoallv: return must(c, "pairwise");
-    case Coll::kBarrier: return must(c, "dissemination");
+    case Coll::kBarrier: return must(c, arena.present ? "shared" : "dissemination");
     default: break;
   }
   throw InternalError("no algorithm for collective " + std::string(coll_name(c)));

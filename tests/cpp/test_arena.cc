@@ -352,6 +352,35 @@ TEST(Arena, WaitSeesItsPeerQueuedOnItsCpu) {
   elsewhere.join();
 }
 
+// The barrier in the arena: no rank leaves one before every rank has
+// entered it, over barriers in a row. Each rank counts in the store the
+// barriers it has entered; after barrier k every rank must read at least
+// k + 1 from every rank. Each barrier has a late rank (store round trips
+// before it enters), so one that let ranks through early fails here.
+TEST(Arena, BarrierLetsNoRankLeaveBeforeAllEntered) {
+  constexpr int n = 3;
+  JobOptions jo;
+  jo.env["SHOAL_DEBUG"] = "INFO";
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    for (int k = 0; k < 24; ++k) {
+      if (me == k % n) {
+        for (int i = 0; i < 5; ++i) store->add("late", 1);
+      }
+      store->add("entered/" + std::to_string(me), 1);
+      c->barrier()->wait();
+      for (int q = 0; q < n; ++q) {
+        const int64_t seen = store->add("entered/" + std::to_string(q), 0);
+        SHOAL_CHECK_MSG(seen >= k + 1, "barrier " << k << ": rank " << q << " had entered " << seen);
+      }
+    }
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(res[r].output.find("barrier of 0 B, size class [0 B]: algorithm shared\n"), std::string::npos)
+        << res[r].output;
+  }
+}
+
 // One host: the arena is what a small and a large allreduce choose.
 TEST(Arena, ChosenByDefaultOnOneHost) {
   JobOptions jo;

@@ -271,12 +271,14 @@ TEST(Groups, OrderMismatchBetweenArenaAndMessagesFailsNamingBoth) {
     SHOAL_CHECK(x == 2.0f && y == 2.0f);
     std::string msg;
     try {
+      OpOptions messages;  // (the arena's barrier would be "shared")
+      messages.algorithm = "dissemination";
       if (me == 0) {
-        c->barrier()->wait();
+        c->barrier(messages)->wait();
         g->allreduce(&y, &y, 1, f32, ReduceOp::kSum)->wait();
       } else {
         g->allreduce(&y, &y, 1, f32, ReduceOp::kSum)->wait();
-        c->barrier()->wait();
+        c->barrier(messages)->wait();
       }
     } catch (const Error& e) {
       msg = e.what();
