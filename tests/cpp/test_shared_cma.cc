@@ -127,6 +127,22 @@ TEST(SharedCma, CopyChoiceTakesTheFasterWayAndProbesTheOther) {
   run(4 * static_cast<int>(CopyChoice::kProbeEvery), 2.0, 4.0);  // single copy turns slower
   const size_t last = ways.size();
   EXPECT_EQ(count(last - CopyChoice::kProbeEvery, last), 2);  // back to the slots, probing single copy
+
+  // The ranks follow the proposals one call late while allgathers come back
+  // to back, and at once when another operation runs between them (as
+  // after shoal-perf's warm-up, its timed calls behind a barrier): that
+  // change must not leave single copy with one timed call.
+  CopyChoice lagged;
+  uint32_t before = lagged.proposals();
+  std::vector<int> followed;
+  for (int k = 0; k < 16; ++k) {
+    const uint32_t now = lagged.proposals();
+    const bool single = CopyChoice::single(k < 5 ? before : now, block);
+    before = now;
+    followed.push_back(single);
+    lagged.note(block, single, static_cast<double>(block) * (single ? 1.0 : 2.0));
+  }
+  for (int k = 8; k < 16; ++k) EXPECT_EQ(followed[static_cast<size_t>(k)], 1) << "call " << k;
 }
 
 // The timed allgather (the table's on two ranks with a core each, forced

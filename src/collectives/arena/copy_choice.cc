@@ -18,14 +18,17 @@ void CopyChoice::note(size_t block, bool single, double ns) {
       if (cl.est[other] < kSwitch * cl.est[!other]) cl.single = other;
     }
   }
-  // The way of the class's next calls: slots for calls 1-2 and single copy
-  // for 4-5 (each after one untimed call), then the faster, and the other
-  // for two calls in every kProbeEvery.
+  // The way of the class's next calls: the slots until two of their calls
+  // were timed, then single copy until two of its were, then the faster,
+  // and the other for two calls in every kProbeEvery. By samples, not by
+  // call: the ranks follow a proposal one call late while calls come back
+  // to back, at once when another operation runs between them, and a
+  // change of that lag must not cut a way's calls short.
   const uint64_t next = cl.calls;
   bool way = cl.single;
-  if (next < 3) {
+  if (cl.samples[0] < 2) {
     way = false;
-  } else if (next < 6) {
+  } else if (cl.samples[1] < 2) {
     way = true;
   } else if (next % kProbeEvery < 2) {
     way = !cl.single;

@@ -10,9 +10,9 @@
 // 512 KiB, where the slots pipeline (docs/algorithms.md, "Single copy").
 // So rank 0 times its allgathers, one estimate of ns per byte per way and
 // size class (slot_stores.h: a power of two of the block per rank), and
-// proposes a way per class: calls 0-2 of a class through the slots, 3-5
-// single copy, then the faster, and two calls in every kProbeEvery the
-// other way. Not timed: a class's first call (page faults) and the first
+// proposes a way per class: through the slots until two calls were timed
+// (calls 0-2 of a class), then single copy until two were (3-5), then the
+// faster, and two calls in every kProbeEvery the other way. Not timed: a class's first call (page faults) and the first
 // call after a change of way (the other way's lines are still where it
 // left them).
 //
@@ -20,7 +20,8 @@
 // bit per class) into its control line when it begins a round, every other
 // rank takes them from there when it has waited for rank 0 in that round
 // (every round waits for every peer), and an allgather follows the word of
-// the round before it (HostArena::agreed_copies).
+// the round before it (HostArena::agreed_copies): one call late when
+// allgathers come back to back, none when another operation runs between.
 #pragma once
 
 #include <cstddef>
