@@ -281,7 +281,8 @@ TEST(Arena, WaitSeesItsPeerQueuedOnItsCpu) {
   ASSERT_TRUE(a0) << why;
   auto a1 = coll::arena::HostArena::attach(1, 2, 77, a0->where(), &why);
   ASSERT_TRUE(a1) << why;
-  EXPECT_TRUE(a0->peer_queued_here(1));  // no round begun: it cannot tell
+  proc::TaskWatch look;
+  EXPECT_TRUE(a0->peer_queued_here(1, look));  // no round begun: it cannot tell
   test::OnOneCpu pinned;
   ASSERT_TRUE(pinned.ok());
   std::mutex mu;
@@ -304,12 +305,12 @@ TEST(Arena, WaitSeesItsPeerQueuedOnItsCpu) {
     std::unique_lock<std::mutex> l(mu);
     cv.wait(l, [&] { return stage == 1; });
   }
-  EXPECT_TRUE(a0->peer_queued_here(1));  // it spins, behind this thread
+  EXPECT_TRUE(a0->peer_queued_here(1, look));  // it spins, behind this thread
   spin.store(false);
   bool away = false;  // it goes to sleep once it has the CPU to see `spin`
   for (int i = 0; i < 1000000 && !away; ++i) {
     sched_yield();
-    away = !a0->peer_queued_here(1);
+    away = !a0->peer_queued_here(1, look);
   }
   EXPECT_TRUE(away);
   {

@@ -29,9 +29,12 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 // well under a microsecond): see sleep_on().
 constexpr auto kStoreSettle = std::chrono::microseconds(2);
 // Spinning holds the core for this long; then Spin::kShare gives it away
-// between polls, and Spin::kHold looks whether the peer is queued on it
-// (peer_queued_here()), then again this often.
+// between polls. Spin::kHold first looks whether the peer is queued on it
+// (peer_queued_here()) after kFirstLook, then again every kLookEvery: a
+// look opens the peer's /proc entry for the wait (a few µs), which a wait
+// for a peer that is simply a little behind should not pay.
 constexpr auto kYieldAfter = std::chrono::microseconds(10);
+constexpr auto kFirstLook = std::chrono::microseconds(50);
 constexpr auto kLookEvery = std::chrono::microseconds(25);
 // A waiter whose peer shares its CPU yields it for this long, then sleeps.
 constexpr auto kSameCpuYield = std::chrono::microseconds(20);
@@ -122,7 +125,6 @@ HostArena::HostArena(int rank, int size, size_t slot_bytes, void* map, size_t ma
   static_assert(offsetof(Line, data) == kInlineOffset && sizeof(Line) == kLineBytes);
   static_assert(offsetof(Line, near) == kNearOffset);
   static_assert(sizeof(Control) == kControlBytes);
-  watches_.resize(static_cast<size_t>(size));
   Member& me = member(rank);
   me.pid = getpid();
   me.map = reinterpret_cast<uintptr_t>(map);
@@ -259,6 +261,7 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
     sharing_.apart();
     Clock::time_point until{}, look_at{};
     bool yielding = spin_ == Spin::kYield;
+    proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
     for (unsigned i = 1;; ++i) {
       if (yielding) {
         sched_yield();
@@ -272,7 +275,7 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
         const auto now = Clock::now();
         if (i == 64) {  // the first look at the clock starts both windows
           until = now + std::chrono::microseconds(spin_us_);
-          look_at = now + kYieldAfter;
+          look_at = now + (spin_ == Spin::kHold ? kFirstLook : kYieldAfter);
           continue;
         }
         // Holding the core keeps the peer from arriving only when the peer
@@ -282,7 +285,7 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
         // runnable here, for a whole time slice.
         if (spin_ == Spin::kShare && now >= look_at) yielding = true;
         if (spin_ == Spin::kHold && now >= look_at) {
-          yielding = peer_queued_here(peer);
+          yielding = peer_queued_here(peer, watch);
           look_at = now + kLookEvery;
         }
         if (now >= until) {
@@ -303,9 +306,8 @@ void HostArena::reached_peer(int peer, int phase) {
   if (peer == 0) agreed_copies_ = line(0).copies;
 }
 
-bool HostArena::peer_queued_here(int peer) {
+bool HostArena::peer_queued_here(int peer, proc::TaskWatch& w) const {
   const Member& m = member(peer);
-  proc::TaskWatch& w = watches_[static_cast<size_t>(peer)];
   w.watch(m.pid, m.tid.load(std::memory_order_relaxed));
   return w.runnable_on(sched_getcpu()) != 0;  // when it cannot tell: as if it were
 }

@@ -28,8 +28,8 @@
 // registered). How the spin treats the core is set per operation (Spin):
 // a caller that runs its operation itself holds it, giving it away between
 // polls only while the peer's thread is queued on it (read from /proc every
-// 25 us from 10 us on: each rank keeps the thread that runs its rounds in
-// the member table); the executor holds it 10 us, then gives it away
+// 25 us from 50 us on, through a descriptor open for that wait only: each
+// rank keeps the thread that runs its rounds in the member table); the executor holds it 10 us, then gives it away
 // between polls; with more ranks than cores every wait gives it away. While asleep it looks, every `abort_poll_ms`, at the
 // communicator's abort record and at whether the peer's process is gone.
 //
@@ -155,7 +155,8 @@ class HostArena {
   // What a Spin::kHold wait looks at: whether the thread that began
   // `peer`'s last round is queued on this thread's CPU (true also when
   // that cannot be read, as with no round begun yet).
-  bool peer_queued_here(int peer);
+  // `w`: the wait's look at the peer's thread, opened on the first call.
+  bool peer_queued_here(int peer, proc::TaskWatch& w) const;
   static constexpr size_t kInlineBytes = 24;
   // A round of at most kNearBytes per rank keeps its data in the second
   // cache line of the rank's control line, which the adjacent-line
@@ -202,7 +203,6 @@ class HostArena {
   Spin spin_ = Spin::kShare;
   int cpu_ = -1;  // the CPU this rank began its current round on
   int tid_ = 0;   // the thread in this rank's member entry
-  std::vector<proc::TaskWatch> watches_;  // per peer, for peer_queued_here()
   proc::CpuSharing sharing_;  // when a rank beside its peer moves
   bool reads_ = false;
   SlotStores stores_;
