@@ -100,6 +100,13 @@ struct Args {
   }
 };
 
+// The bytes an operation is weighed by (select(), the arena's wait): the
+// buffer per rank, or for the collectives of one block per rank
+// (blocks_per_rank) all `size` of them.
+inline size_t weighed_bytes(Coll c, const Args& a, int size) {
+  return a.count * a.elem() * (blocks_per_rank(c) ? static_cast<size_t>(size) : 1);
+}
+
 struct Tuning {
   size_t segment_bytes = 512 << 10;  // pipelining unit of large transfers; the communicator sets it (SHOAL_SEGMENT_BYTES)
 };

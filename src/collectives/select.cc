@@ -37,7 +37,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
   const bool single_copy = arena.reads && !arena.crowded;
   switch (c) {
     case Coll::kAllreduce: {
-      const size_t bytes = a.count * elem;
+      const size_t bytes = weighed_bytes(c, a, size);
       if (arena.present) return must(c, "shared");
       if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
       if (two_level && bytes > 256 * KiB) return must(c, "hierarchical");
@@ -46,7 +46,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       return must(c, "ring");
     }
     case Coll::kBroadcast: {
-      const size_t bytes = a.count * elem;
+      const size_t bytes = weighed_bytes(c, a, size);
       if (single_copy && bytes >= 64 * KiB && bytes <= 256 * KiB) return must(c, "shared_cma");
       if (arena.present) return must(c, "shared");
       if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
@@ -54,13 +54,13 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       return must(c, "chain");
     }
     case Coll::kReduce: {
-      const size_t bytes = a.count * elem;
+      const size_t bytes = weighed_bytes(c, a, size);
       if (arena.present) return must(c, "shared");
       if (size <= 2 || bytes <= 256 * KiB) return must(c, "binomial");
       return must(c, "scatter_gather");
     }
     case Coll::kAllgather: {
-      const size_t bytes = a.count * elem * static_cast<size_t>(size);
+      const size_t bytes = weighed_bytes(c, a, size);
       // A block that pays for a system call: one copy or two, whichever
       // rank 0 measures faster (arena/copy_choice.h).
       if (single_copy && a.count * elem >= 32 * KiB) return must(c, "shared_timed");
@@ -76,13 +76,13 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
     }
     case Coll::kGather:
     case Coll::kScatter: {
-      const size_t bytes = a.count * elem * static_cast<size_t>(size);
+      const size_t bytes = weighed_bytes(c, a, size);
       if (bytes <= 64 * KiB && size > 2) return must(c, "binomial");
       return must(c, "linear");
     }
     case Coll::kAllgatherv: return must(c, "ring");
     case Coll::kReduceScatter: {
-      const size_t bytes = a.count * elem * static_cast<size_t>(size);  // the whole input
+      const size_t bytes = weighed_bytes(c, a, size);  // the whole input
       if (arena.present) return must(c, "shared");
       if (one_host && size > 2) return must(c, "direct");
       if (size > 2 && patterns::is_pow2(size) && bytes <= 512 * KiB) {

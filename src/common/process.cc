@@ -125,16 +125,6 @@ int this_tid() {
   return tid;
 }
 
-TaskWatch& TaskWatch::operator=(TaskWatch&& o) noexcept {
-  if (this != &o) {
-    close();
-    pid_ = o.pid_;
-    tid_ = o.tid_;
-    fd_ = std::exchange(o.fd_, -1);
-  }
-  return *this;
-}
-
 void TaskWatch::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;

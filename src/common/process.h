@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <utility>
 
 namespace shoal::proc {
 
@@ -44,16 +43,15 @@ bool parse_task_stat(std::string_view line, char* state, int* cpu);
 int this_tid();
 
 // One thread of a process of this machine, watched through its
-// /proc/<pid>/task/<tid>/stat, kept open: a look is one pread (about 2 us).
-// For a rank that waits for a peer while holding its core: whether the peer
-// is queued on that very core, behind the waiter (collectives/arena).
+// /proc/<pid>/task/<tid>/stat, open while the watch lives: a look is one
+// pread (about 2 us). For a rank that waits for a peer while holding its
+// core: whether the peer is queued on that very core, behind the waiter
+// (collectives/arena).
 class TaskWatch {
  public:
   TaskWatch() = default;
   TaskWatch(const TaskWatch&) = delete;
   TaskWatch& operator=(const TaskWatch&) = delete;
-  TaskWatch(TaskWatch&& o) noexcept { *this = std::move(o); }
-  TaskWatch& operator=(TaskWatch&& o) noexcept;
   ~TaskWatch() { close(); }
 
   // Watches thread `tid` of process `pid` (opening its stat when either

@@ -226,7 +226,7 @@ void CommunicatorImpl::run_collective(Op& op) {
   const auto timeout = op.opts.timeout.value_or(opts_.timeout);
   const coll::Topology& topo = topology();
   coll::arena::HostArena* shared = arena(timeout);  // set up within this operation's time
-  if (shared) set_arena_spin(*shared, a.count * a.elem() * (coll::blocks_per_rank(op.coll) ? size_ : 1));
+  if (shared) set_arena_spin(*shared, coll::weighed_bytes(op.coll, a, size_));
   if (!op.algo) op.algo = &chosen(op.coll, a, topo);
   fp.algo = coll::algorithm_id(*op.algo);
   coll::Ctx ctx(*hybrid_, view_, op.seq, fp, timeout, scratch_, tuning_, topo, shared);
@@ -240,7 +240,7 @@ coll::arena::HostArena* CommunicatorImpl::arena(Clock::duration timeout) {
   arena_checked_ = true;
   if (size_ < 2 || arena_bytes_ == 0 || topo_.nhosts() != 1) return nullptr;
   coll::arena::SetupParams p{*store_, *live_, rank_, size_, uid_, root_->secret_, arena_bytes_, shm_mode_ == "1",
-                             spin_us_, coll::arena::HostArena::Spin::kShare, slot_stores_};
+                             slot_stores_};
   std::string report;
   arena_ = coll::arena::set_up(p, Clock::now() + timeout, &report);
   observer_->info(label_ + ": " + report);

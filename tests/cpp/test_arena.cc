@@ -318,7 +318,7 @@ TEST(Arena, WaitSeesItsPeerQueuedOnItsCpu) {
     stage = 2;
   }
   cv.notify_all();
-  const int tid = [] { return proc::this_tid(); }();
+  const int tid = proc::this_tid();
   peer.join();
   proc::TaskWatch gone;
   EXPECT_FALSE(gone.watch(getpid(), tid + 1000000));  // no such thread

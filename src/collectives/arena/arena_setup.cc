@@ -118,7 +118,6 @@ std::unique_ptr<HostArena> set_up(const SetupParams& p, Clock::time_point deadli
     return nullptr;
   }
   arena->set_liveness(&p.live);
-  arena->set_spin(p.spin_us, p.spin);
   arena->stores().set_mode(p.stores);
   const std::string reads = agree_on_reads(p, *arena, deadline);
   *report = "shared-memory arena of " + std::to_string(p.size) + " ranks, " + std::to_string(arena->slot_bytes()) +

@@ -33,8 +33,6 @@ struct SetupParams {
   const auth::Secret& secret;
   size_t slot_bytes = 0;      // SHOAL_SHM_ARENA_BYTES
   bool reads = true;          // try single-copy reads (SHOAL_SHM=1)
-  int spin_us = 0;
-  HostArena::Spin spin = HostArena::Spin::kShare;
   SlotStores::Mode stores = SlotStores::Mode::kAuto;  // SHOAL_SHM_STREAM
 };
 

@@ -12,9 +12,9 @@
 // size class (slot_stores.h: a power of two of the block per rank), and
 // proposes a way per class: through the slots until two calls were timed
 // (calls 0-2 of a class), then single copy until two were (3-5), then the
-// faster, and two calls in every kProbeEvery the other way. Not timed: a class's first call (page faults) and the first
-// call after a change of way (the other way's lines are still where it
-// left them).
+// faster, and two calls in every kProbeEvery the other way. Not timed: a
+// class's first call (page faults) and the first call after a change of
+// way (the other way's lines are still where it left them).
 //
 // Every rank must run the same algorithm: rank 0 writes its proposals (one
 // bit per class) into its control line when it begins a round, every other

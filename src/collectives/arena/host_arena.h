@@ -29,9 +29,11 @@
 // a caller that runs its operation itself holds it, giving it away between
 // polls only while the peer's thread is queued on it (read from /proc every
 // 25 us from 50 us on, through a descriptor open for that wait only: each
-// rank keeps the thread that runs its rounds in the member table); the executor holds it 10 us, then gives it away
-// between polls; with more ranks than cores every wait gives it away. While asleep it looks, every `abort_poll_ms`, at the
-// communicator's abort record and at whether the peer's process is gone.
+// rank keeps the thread that runs its rounds in the member table); the
+// executor holds it 10 us, then gives it away between polls; with more
+// ranks than cores every wait gives it away. While asleep it looks, every
+// `abort_poll_ms`, at the communicator's abort record and at whether the
+// peer's process is gone.
 //
 // Single-copy reads: where the kernel lets every rank read every other
 // rank's memory (process_vm_readv; probe_reads() tries, and the
@@ -54,7 +56,6 @@
 #include <exception>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "collectives/arena/copy_choice.h"
 #include "collectives/arena/slot_stores.h"
@@ -96,7 +97,7 @@ class HostArena {
     abort_poll_ms_ = abort_poll_ms;
   }
   // How a wait spins before it sleeps (set per operation:
-  // CommunicatorImpl::prepare).
+  // CommunicatorImpl::set_arena_spin; until then 200 us, kShare).
   enum class Spin {
     kHold,   // holds the core; gives it away between polls only while the peer is queued on it
     kShare,  // holds it for 10 us, then gives it away between polls
@@ -154,8 +155,8 @@ class HostArena {
   }
   // What a Spin::kHold wait looks at: whether the thread that began
   // `peer`'s last round is queued on this thread's CPU (true also when
-  // that cannot be read, as with no round begun yet).
-  // `w`: the wait's look at the peer's thread, opened on the first call.
+  // that cannot be read, as with no round begun yet), through `w`, the
+  // wait's look at the peer's thread (opened on the first call).
   bool peer_queued_here(int peer, proc::TaskWatch& w) const;
   static constexpr size_t kInlineBytes = 24;
   // A round of at most kNearBytes per rank keeps its data in the second
