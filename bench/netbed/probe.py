@@ -10,8 +10,11 @@ collective library involved, in one of two patterns:
   directions (the pattern of a hierarchical allreduce between two hosts: every local
   rank exchanging with its counterpart).
 
-Each receiver counts the bytes from the first that arrives to the end of the sending
-window and divides by that time; the result is the mean per direction (GB/s, 1e9 B/s).
+A sender sends nothing before its receiver says, with one byte back, that it is reading;
+the receiver divides the bytes it got by the time from that byte to the end of the
+stream, so no byte reaches a socket buffer before the clock starts (a receiver that came
+late would otherwise count a buffer's worth for free). The result is the mean per
+direction (GB/s, 1e9 B/s).
 Stdlib only; the worker is this file run as a script inside the bed's namespaces.
 """
 import json
@@ -37,6 +40,8 @@ def _connect(addr, port, deadline):
 
 
 def _send_for(sock, seconds):
+    if not sock.recv(1):  # the receiver's "reading now"
+        raise RuntimeError("the probe's receiver closed before it was ready")
     buf = memoryview(bytearray(CHUNK))
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -46,16 +51,15 @@ def _send_for(sock, seconds):
 
 def _receive(sock):
     buf = bytearray(CHUNK)
-    total, first = 0, None
+    total = 0
+    start = time.monotonic()
+    sock.sendall(b"g")  # the sender starts on this byte: nothing is buffered before `start`
     while True:
         n = sock.recv_into(buf)
         if not n:
             break
-        if first is None:
-            first = time.monotonic()
         total += n
-    last = time.monotonic()
-    return total, (last - first) if first is not None else 0.0
+    return total, time.monotonic() - start
 
 
 def worker(addrs, seconds, both_ways):
