@@ -13,6 +13,7 @@ void allreduce_rabenseifner(Ctx& c, const Args& a);
 void allreduce_hierarchical(Ctx& c, const Args& a);
 void allreduce_direct(Ctx& c, const Args& a);
 void allreduce_shared(Ctx& c, const Args& a);
+void allreduce_shared_claim(Ctx& c, const Args& a);
 
 void broadcast_binomial(Ctx& c, const Args& a);
 void broadcast_scatter_allgather(Ctx& c, const Args& a);

@@ -17,6 +17,7 @@ const Algorithm kTable[] = {
     {Coll::kAllreduce, "hierarchical", allreduce_hierarchical},
     {Coll::kAllreduce, "direct", allreduce_direct},
     {Coll::kAllreduce, "shared", allreduce_shared},
+    {Coll::kAllreduce, "shared_claim", allreduce_shared_claim},
     {Coll::kBroadcast, "binomial", broadcast_binomial},
     {Coll::kBroadcast, "scatter_allgather", broadcast_scatter_allgather},
     {Coll::kBroadcast, "chain", broadcast_chain},

@@ -38,6 +38,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
   switch (c) {
     case Coll::kAllreduce: {
       const size_t bytes = weighed_bytes(c, a, size);
+      if (single_copy && bytes >= 128 * KiB) return must(c, "shared_claim");
       if (arena.present) return must(c, "shared");
       if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
       if (two_level && bytes > 256 * KiB) return must(c, "hierarchical");

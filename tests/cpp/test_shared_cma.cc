@@ -1,5 +1,7 @@
 // test_shared_cma.cc — the single-copy algorithms on the shared arena
-// (allgather_shared_cma.cc, broadcast_shared_cma.cc; HostArena::read), and
+// (allgather_shared_cma.cc, broadcast_shared_cma.cc; HostArena::read; the
+// allreduce whose pieces the ranks claim, allreduce_shared_claim.cc:
+// HostArena::claim and write), and
 // allgather's choice between one copy and two (allgather_shared_timed.cc,
 // copy_choice.h): who gets them, the ranks agreeing that the kernel allows
 // them and on the way of each timed allgather, their results
@@ -9,10 +11,15 @@
 // its memory.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/arena/copy_choice.h"
+#include "collectives/arena/host_arena.h"
 #include "errors_util.h"
 #include "cpu_util.h"
 #include "harness.h"
@@ -83,6 +90,11 @@ TEST(SharedCma, ChosenByDefaultWhereReadsWork) {
   auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
     gather_and_broadcast(*c, me, 2, 16384, 1, "");  // 64 KiB a block (what the log names), 128 KiB of output
     gather_and_broadcast(*c, me, 2, 16, 2, "");
+    for (size_t count : {size_t{32768}, size_t{16384}}) {  // 128 KiB: pieces claimed; 64 KiB: the slots
+      std::vector<float> x(count, static_cast<float>(me + 1));
+      c->allreduce(x.data(), x.data(), count, f32, ReduceOp::kSum)->wait();
+      SHOAL_CHECK_MSG(x[0] == 3.0f && x[count - 1] == 3.0f, "allreduce of " << count);
+    }
   }, jo);
   EXPECT_EQ(test::failures(res), "");
   for (int r = 0; r < 2; ++r) {
@@ -94,6 +106,10 @@ TEST(SharedCma, ChosenByDefaultWhereReadsWork) {
               std::string::npos) << out;
     EXPECT_NE(out.find("allgather of 64 B, size class [64 B, 128 B): algorithm shared\n"), std::string::npos)
         << out;
+    EXPECT_NE(out.find("allreduce of 131072 B, size class [128 KiB, 256 KiB): algorithm shared_claim\n"),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("allreduce of 65536 B, size class [64 KiB, 128 KiB): algorithm shared\n"),
+              std::string::npos) << out;
   }
 }
 
@@ -258,6 +274,120 @@ TEST(SharedCma, KilledRankIsNamedByEverySurvivor) {
     std::vector<float> in(16384, static_cast<float>(c.rank())), all(16384 * n);
     c.allgather(in.data(), all.data(), in.size(), f32, algo("shared_cma"))->wait();
   }, "rank 1");
+}
+
+// A rank SIGKILLed while the others loop on allreduces that claim pieces:
+// every survivor names it within 2 s, whether it is waiting in the arena or
+// reading and writing the killed rank's memory.
+TEST(SharedCma, KilledRankIsNamedInClaimedAllreduces) {
+  const int n = 3;
+  test::expect_killed_rank_named(n, 2, [](Communicator& c) {
+    std::vector<float> x(1 << 20, static_cast<float>(c.rank()));
+    c.allreduce(x.data(), x.data(), x.size(), f32, ReduceOp::kSum, algo("shared_claim"))->wait();
+  }, "rank 2");
+}
+
+// HostArena::claim, three ranks on threads, operation after operation with
+// the protocol of allreduce_shared_claim (claim after phase 1, phase 2 when
+// out of pieces, wait for every peer's): every piece of every operation is
+// claimed by exactly one rank, with operations of no piece between, and the
+// work is not cut into fixed shares: rank 2 holds its first piece until the
+// others have taken every other one (ranks 0 and 1 start claiming after
+// rank 2's first claim).
+TEST(SharedCma, ClaimsGiveEveryPieceOnceAndNotInShares) {
+  const int n = 3;
+  std::string why;
+  std::vector<std::unique_ptr<coll::arena::HostArena>> arenas;
+  arenas.push_back(coll::arena::HostArena::create(0, n, 78, 4096, &why));
+  ASSERT_TRUE(arenas[0]) << why;
+  for (int r = 1; r < n; ++r) {
+    arenas.push_back(coll::arena::HostArena::attach(r, n, 78, arenas[0]->where(), &why));
+    ASSERT_TRUE(arenas.back()) << why;
+  }
+  const std::vector<uint64_t> totals = {5, 0, 1, 17, 2, 0, 0, 40, 3, 1, 64, 7};
+  std::vector<std::vector<std::vector<uint64_t>>> got(n, std::vector<std::vector<uint64_t>>(totals.size()));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> out_of_pieces(totals.size(), 0);  // ranks 0 and 1 that found none left
+  std::vector<char> first_claimed(totals.size(), 0);  // rank 2 has made its first claim
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r) {
+    ranks.emplace_back([&, r] {
+      auto& a = *arenas[static_cast<size_t>(r)];
+      transport::LazyDeadline deadline(std::chrono::seconds(20));
+      for (size_t k = 0; k < totals.size(); ++k) {
+        a.begin(k + 1, transport::Fingerprint{});
+        a.arrive(1);
+        a.wait_all(1, deadline);
+        uint64_t piece = 0;
+        if (r < 2) {  // rank 2 claims first
+          std::unique_lock<std::mutex> l(mu);
+          cv.wait(l, [&] { return first_claimed[k]; });
+        }
+        bool first = true;
+        for (;;) {
+          const bool any = a.claim(totals[k], &piece);
+          if (any) got[static_cast<size_t>(r)][k].push_back(piece);
+          if (r == 2 && first) {  // then holds its first piece until the others are out
+            first = false;
+            std::unique_lock<std::mutex> l(mu);
+            first_claimed[k] = true;
+            cv.notify_all();
+            cv.wait(l, [&] { return out_of_pieces[k] == 2; });
+          }
+          if (!any) break;
+        }
+        if (r < 2) {
+          std::lock_guard<std::mutex> g(mu);
+          ++out_of_pieces[k];
+          cv.notify_all();
+        }
+        a.arrive(2);
+        a.wait_all(2, deadline);
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (size_t k = 0; k < totals.size(); ++k) {
+    std::multiset<uint64_t> all;
+    for (int r = 0; r < n; ++r) all.insert(got[static_cast<size_t>(r)][k].begin(), got[static_cast<size_t>(r)][k].end());
+    std::multiset<uint64_t> want;
+    for (uint64_t i = 0; i < totals[k]; ++i) want.insert(i);
+    EXPECT_EQ(all, want) << "operation " << k << " of " << totals[k] << " pieces";
+    EXPECT_EQ(got[2][k], totals[k] ? std::vector<uint64_t>{0} : std::vector<uint64_t>{})
+        << "operation " << k << ": rank 2 held its first piece while the others took the rest";
+  }
+}
+
+// HostArena::write into a peer's published output, and a peer that leaves
+// the round (leave_writes(), as a rank that fails does): the write before
+// lands, the one after does not and says so.
+TEST(SharedCma, NoWriteLandsAfterTheOwnerLeft) {
+  std::string why;
+  auto a0 = coll::arena::HostArena::create(0, 2, 79, 4096, &why);
+  ASSERT_TRUE(a0) << why;
+  auto a1 = coll::arena::HostArena::attach(1, 2, 79, a0->where(), &why);
+  ASSERT_TRUE(a1) << why;
+  a0->set_reads(true);
+  a1->set_reads(true);
+  std::vector<float> in0(64, 0), out0(64, -1), in1(64, 1), out1(64, -1), piece(8, 5);
+  transport::LazyDeadline deadline(std::chrono::seconds(20));
+  a0->begin(1, transport::Fingerprint{});
+  a1->begin(1, transport::Fingerprint{});
+  a0->publish(in0.data(), out0.data());
+  a1->publish(in1.data(), out1.data());
+  a0->arrive(1);
+  a1->arrive(1);
+  a1->wait_all(1, deadline);
+  EXPECT_TRUE(a1->write(0, 8 * sizeof(float), piece.data(), piece.size() * sizeof(float)));
+  EXPECT_EQ(out0[8], 5.0f);
+  EXPECT_EQ(out0[15], 5.0f);
+  EXPECT_EQ(out0[16], -1.0f);
+  a0->leave_writes(std::chrono::seconds(1));
+  piece.assign(8, 7);
+  EXPECT_FALSE(a1->write(0, 16 * sizeof(float), piece.data(), piece.size() * sizeof(float)));
+  EXPECT_EQ(out0[16], -1.0f);
+  EXPECT_EQ(out0[23], -1.0f);
 }
 
 }  // namespace

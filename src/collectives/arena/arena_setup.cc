@@ -51,6 +51,15 @@ std::string agree_on_reads(const SetupParams& p, HostArena& arena, Clock::time_p
     const std::string v = r == p.rank ? mine : p.store.get_str(key(r));
     if (v != "1") why = "rank " + std::to_string(r) + ": " + v.substr(std::min<size_t>(2, v.size()));
   }
+  if (!why.empty()) {
+    // A read fails too when the peer's process has exited since it
+    // published its answer: that is a lost rank, to be named as one, not a
+    // kernel that refuses the reads.
+    for (int r = 0; r < p.size; ++r) {
+      if (r == p.rank) continue;
+      if (auto e = p.live.peer_gone(r)) std::rethrow_exception(e);
+    }
+  }
   arena.set_reads(why.empty());
   return why.empty() ? "on" : "off (" + why + ")";
 }

@@ -22,7 +22,7 @@ namespace shoal::coll::arena {
 namespace {
 
 constexpr uint32_t kArenaMagic = 0x53484152;  // "SHAR"
-constexpr uint32_t kArenaVersion = 5;  // 5: the member table (pids, mapping addresses, threads)
+constexpr uint32_t kArenaVersion = 6;  // 6: the claim counter
 constexpr size_t kPage = 4096;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 // Longer than a store can wait in a store buffer (a cache-line transfer,
@@ -46,6 +46,10 @@ struct ArenaHeader {
   uint64_t size;
   uint64_t slot_bytes;
 };
+
+// The counter HostArena::claim() takes pieces from: in the header page, on a
+// cache line of its own.
+constexpr size_t kClaimsOffset = 64;
 
 size_t page_up(size_t n) { return (n + kPage - 1) & ~(kPage - 1); }
 
@@ -169,6 +173,8 @@ std::unique_ptr<HostArena> HostArena::create(int rank, int size, uint64_t job, s
   h->job = job;
   h->size = static_cast<uint64_t>(size);
   h->slot_bytes = slot_bytes;
+  static_assert(sizeof(ArenaHeader) <= kClaimsOffset);
+  new (static_cast<char*>(m) + kClaimsOffset) std::atomic<uint64_t>(0);
   for (int r = 0; r < size; ++r) new (static_cast<char*>(m) + l.ctl_off + static_cast<size_t>(r) * HostArena::kControlBytes) Control();
   return std::unique_ptr<HostArena>(new HostArena(rank, size, slot_bytes, m, l.total, fd));
 }
@@ -404,30 +410,89 @@ std::string HostArena::probe_reads() const {
   return "";
 }
 
-void HostArena::publish(const void* buf) {
-  const uint64_t addr = reinterpret_cast<uintptr_t>(buf);
-  std::memcpy(line(rank_).data, &addr, sizeof(addr));
+// Who may write into a rank's output this round, in the line's second cache
+// line (the data of a small round, which a round with an output in the
+// rank's own memory does not have): writers count themselves in before they
+// look at `left`, the rank that leaves sets `left` before it counts them, so
+// that (both sequentially consistent) either the writer sees `left` or the
+// rank sees the writer and waits for it.
+struct HostArena::WriteGuard {
+  std::atomic<uint32_t> writers{0};
+  std::atomic<uint32_t> left{0};
+};
+
+HostArena::WriteGuard& HostArena::guard(int r) const {
+  static_assert(sizeof(WriteGuard) <= kNearBytes);
+  return *reinterpret_cast<WriteGuard*>(line(r).near);
 }
 
-void HostArena::read(int peer, void* dst, size_t n) {
+void HostArena::publish(const void* buf, void* out) {
+  const uint64_t addr[2] = {reinterpret_cast<uintptr_t>(buf), reinterpret_cast<uintptr_t>(out)};
+  static_assert(sizeof(addr) <= kInlineBytes);
+  std::memcpy(line(rank_).data, addr, sizeof(addr));
+  if (out) new (line(rank_).near) WriteGuard();  // read by peers only after arrive(1)
+}
+
+void HostArena::leave_writes(Clock::duration bound) {
+  WriteGuard& g = guard(rank_);
+  g.left.store(1, std::memory_order_seq_cst);
+  const auto until = Clock::now() + bound;
+  while (g.writers.load(std::memory_order_seq_cst) != 0 && Clock::now() < until) sched_yield();
+}
+
+void HostArena::read(int peer, void* dst, size_t n, size_t off) { remote_copy(peer, false, dst, off, n); }
+
+bool HostArena::write(int peer, size_t off, const void* src, size_t n) {
+  WriteGuard& g = guard(peer);
+  g.writers.fetch_add(1, std::memory_order_seq_cst);
+  const bool open = g.left.load(std::memory_order_seq_cst) == 0;
+  try {
+    if (open) remote_copy(peer, true, const_cast<void*>(src), off, n);
+  } catch (...) {
+    g.writers.fetch_sub(1, std::memory_order_release);
+    throw;
+  }
+  g.writers.fetch_sub(1, std::memory_order_release);
+  return open;
+}
+
+void HostArena::remote_copy(int peer, bool write, void* local, size_t off, size_t n) {
   uint64_t addr = 0;
-  std::memcpy(&addr, line(peer).data, sizeof(addr));
-  const int64_t pid = member(peer).pid;
-  char* to = static_cast<char*>(dst);
+  std::memcpy(&addr, line(peer).data + (write ? sizeof(addr) : 0), sizeof(addr));
+  addr += off;
+  const auto pid = static_cast<pid_t>(member(peer).pid);
+  char* at = static_cast<char*>(local);
   while (n > 0) {
-    const ssize_t got = read_remote(pid, addr, to, n);
-    if (got <= 0) {
-      const int err = got < 0 ? errno : EIO;
+    iovec mine{at, n};
+    iovec theirs{reinterpret_cast<void*>(addr), n};
+    const ssize_t done = write ? process_vm_writev(pid, &mine, 1, &theirs, 1, 0)
+                               : process_vm_readv(pid, &mine, 1, &theirs, 1, 0);
+    if (done <= 0) {
+      const int err = done < 0 ? errno : EIO;
       if (auto e = live_->peer_gone(peer)) std::rethrow_exception(e);
-      const std::string what = "reading rank " + std::to_string(peer) + "'s buffer (process_vm_readv, seq " +
+      const std::string what = std::string(write ? "writing to" : "reading") + " rank " + std::to_string(peer) +
+                               "'s buffer (" + (write ? "process_vm_writev" : "process_vm_readv") + ", seq " +
                                std::to_string(seq_) + "): " + std::strerror(err);
       if (err == ESRCH) throw PeerLost(what + ": its process is gone", peer);
       throw InternalError(what);
     }
-    to += got;
-    addr += static_cast<uint64_t>(got);
-    n -= static_cast<size_t>(got);
+    at += done;
+    addr += static_cast<uint64_t>(done);
+    n -= static_cast<size_t>(done);
   }
+}
+
+bool HostArena::claim(uint64_t total, uint64_t* piece) {
+  auto* counter = reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(map_) + kClaimsOffset);
+  const uint64_t got = counter->fetch_add(1, std::memory_order_relaxed) - claims_base_;
+  if (got < total) {
+    *piece = got;
+    return true;
+  }
+  // Every rank has made its one failing claim of the last operation before
+  // any makes one of this: the counter now ends at base + total + size.
+  claims_base_ += total + static_cast<uint64_t>(size_);
+  return false;
 }
 
 void HostArena::fail_wait(int peer, uint32_t target) {

@@ -115,14 +115,32 @@ class HostArena {
   // Whether every rank's probe_reads() worked (set by the communicator).
   void set_reads(bool on) { reads_ = on; }
   bool reads() const { return reads_; }
-  // Before arrive(1): the buffer that peers may read() in this round, from
-  // this rank's line (the round's inline data; only for rounds whose slots
-  // are not inline).
-  void publish(const void* buf);
-  // Copies the first `n` bytes of the buffer `peer` published this round
+  // Before arrive(1): the buffer that peers may read() in this round, and
+  // the one they may write() to (if any), in this rank's line (the round's
+  // inline data; only for rounds whose slots are not inline).
+  void publish(const void* buf, void* out = nullptr);
+  // Copies `n` bytes at `off` in the buffer `peer` published this round
   // (after waiting for its phase 1) to `dst`. Throws PeerLost when the
   // peer's process is gone, else an InternalError naming it.
-  void read(int peer, void* dst, size_t n);
+  void read(int peer, void* dst, size_t n, size_t off = 0);
+  // Copies `n` bytes from `src` to `off` in the output buffer `peer`
+  // published this round (process_vm_writev, which the kernel allows
+  // wherever it allows the reads). False, writing nothing, when the peer
+  // has left the operation (leave_writes()): its memory may be reused by
+  // then. Throws as read().
+  bool write(int peer, size_t off, const void* src, size_t n);
+  // A rank that leaves a round whose output it published (on an error,
+  // before every peer's phase 2): from here on no peer's write() starts,
+  // and it waits up to `bound` for those under way to end, so that nothing
+  // lands in its memory once the error has reached its caller.
+  void leave_writes(Clock::duration bound);
+  // Work shared out within one operation: the next of its pieces 0 ..
+  // total-1 that no rank has claimed yet, from a counter common to all
+  // ranks, in *piece; false when none is left. Every rank claims until it
+  // gets false, exactly once per operation, and waits for every peer's
+  // phase 2 before its next operation: so every rank knows where the
+  // counter stands for the next one without resetting it.
+  bool claim(uint64_t total, uint64_t* piece);
 
   struct Member;  // a rank's entry in the member table (host_arena.cc)
 
@@ -188,6 +206,9 @@ class HostArena {
   void check_peer(int peer);
   void reached_peer(int peer, int phase);  // after a wait for `peer`
   [[noreturn]] void fail_wait(int peer, uint32_t target);
+  void remote_copy(int peer, bool write, void* local, size_t off, size_t n);
+  struct WriteGuard;  // in a rank's line for a round it publishes an output in
+  WriteGuard& guard(int r) const;
 
   int rank_, size_;
   size_t slot_bytes_;
@@ -209,6 +230,7 @@ class HostArena {
   SlotStores stores_;
   CopyChoice copies_;
   uint32_t agreed_copies_ = 0;
+  uint64_t claims_base_ = 0;  // the claim counter where this operation's pieces start
   transport::Liveness* live_ = &transport::Liveness::none();
   int abort_poll_ms_ = 250;
 };

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "collectives/coll.h"
@@ -21,6 +22,14 @@ namespace shoal::coll {
 // Allreduce and reduce: a piece whose p copies fit here is reduced whole by
 // every rank (one arrival) rather than slice by slice (two).
 inline constexpr size_t kSharedOnePhaseBytes = 32 << 10;
+
+// allreduce_shared_claim: the pieces a rank claims at a time, kClaimPieces
+// per rank in an operation, each within kClaimPieceBytes: large enough that
+// the two system calls per peer are a small part of a piece, small enough
+// that a rank whose core is taken holds back little work, and that a
+// piece's reads stay in the cache for the reduction.
+inline constexpr size_t kClaimPieces = 4;
+inline constexpr std::pair<size_t, size_t> kClaimPieceBytes{64 << 10, 256 << 10};
 
 // Whether an operation writes its output with non-temporal stores
 // (copy_stream in common/copy.h): when the outputs of the host's `ranks`
