@@ -80,7 +80,7 @@ class TaskWatch {
 class CpuSharing {
  public:
   static constexpr int kMoveAfter = 2;
-  static constexpr int kFirstHoldoff = 16;
+  static constexpr int kFirstHoldoff = 2;
   static constexpr int kMaxHoldoff = 4096;
   static constexpr int kHeld = 1024;
 
