@@ -20,7 +20,7 @@ const Knob kKnobs[] = {
      "Busy-poll this long (µs) before sleeping, when the thread that waits for an operation runs "
      "it itself, or drives a send or receive it waits for (the background executor never spins on"
      " messages: it would steal the core from the computation it overlaps). Auto: 200; in the "
-     "shared arena (all ranks on one host), 5000 for an operation of up to 4 MiB per rank that "
+     "shared arena (all ranks on one host), 5000 for an operation of up to 8 MiB per rank that "
      "the caller runs itself, holding the core, so that a peer preempted by a neighbour's burst "
      "finds its partner still there when it comes back (bench/results/arena-spin). Such a wait "
      "gives the core away (`sched_yield`) between polls only while the peer's thread is queued on"

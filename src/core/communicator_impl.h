@@ -97,7 +97,7 @@ class CommunicatorImpl final : public core::Runner {
   // caller runs it).
   void set_arena_spin(coll::arena::HostArena& arena, size_t bytes) REQUIRES(sched_.drive());
   static constexpr int kArenaHoldUs = 5000;
-  static constexpr size_t kArenaHoldMaxBytes = size_t{4} << 20;
+  static constexpr size_t kArenaHoldMaxBytes = size_t{8} << 20;
   void wake() override { hybrid_->wake(); }
 
   void run_collective(Op& op) REQUIRES(sched_.drive());
