@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "arena_util.h"
 #include "errors_util.h"
 #include "common/copy.h"
 #include "common/process.h"
@@ -277,10 +278,10 @@ TEST(Arena, TaskStatGivesStateAndCpu) {
 // sleeps, then is gone.
 TEST(Arena, WaitSeesItsPeerQueuedOnItsCpu) {
   std::string why;
-  auto a0 = coll::arena::HostArena::create(0, 2, 77, 4096, &why);
-  ASSERT_TRUE(a0) << why;
-  auto a1 = coll::arena::HostArena::attach(1, 2, 77, a0->where(), &why);
-  ASSERT_TRUE(a1) << why;
+  auto both = test::arenas(2, 77, &why);
+  ASSERT_EQ(both.size(), 2u) << why;
+  auto& a0 = both[0];
+  auto& a1 = both[1];
   proc::TaskWatch look;
   EXPECT_TRUE(a0->peer_queued_here(1, look));  // no round begun: it cannot tell
   test::OnOneCpu pinned;

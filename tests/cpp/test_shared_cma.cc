@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "collectives/arena/copy_choice.h"
-#include "collectives/arena/host_arena.h"
+#include "arena_util.h"
 #include "errors_util.h"
 #include "cpu_util.h"
 #include "harness.h"
@@ -297,13 +297,8 @@ TEST(SharedCma, KilledRankIsNamedInClaimedAllreduces) {
 TEST(SharedCma, ClaimsGiveEveryPieceOnceAndNotInShares) {
   const int n = 3;
   std::string why;
-  std::vector<std::unique_ptr<coll::arena::HostArena>> arenas;
-  arenas.push_back(coll::arena::HostArena::create(0, n, 78, 4096, &why));
-  ASSERT_TRUE(arenas[0]) << why;
-  for (int r = 1; r < n; ++r) {
-    arenas.push_back(coll::arena::HostArena::attach(r, n, 78, arenas[0]->where(), &why));
-    ASSERT_TRUE(arenas.back()) << why;
-  }
+  auto arenas = test::arenas(n, 78, &why);
+  ASSERT_EQ(arenas.size(), static_cast<size_t>(n)) << why;
   const std::vector<uint64_t> totals = {5, 0, 1, 17, 2, 0, 0, 40, 3, 1, 64, 7};
   std::vector<std::vector<std::vector<uint64_t>>> got(n, std::vector<std::vector<uint64_t>>(totals.size()));
   std::mutex mu;
@@ -364,10 +359,10 @@ TEST(SharedCma, ClaimsGiveEveryPieceOnceAndNotInShares) {
 // lands, the one after does not and says so.
 TEST(SharedCma, NoWriteLandsAfterTheOwnerLeft) {
   std::string why;
-  auto a0 = coll::arena::HostArena::create(0, 2, 79, 4096, &why);
-  ASSERT_TRUE(a0) << why;
-  auto a1 = coll::arena::HostArena::attach(1, 2, 79, a0->where(), &why);
-  ASSERT_TRUE(a1) << why;
+  auto both = test::arenas(2, 79, &why);
+  ASSERT_EQ(both.size(), 2u) << why;
+  auto& a0 = both[0];
+  auto& a1 = both[1];
   a0->set_reads(true);
   a1->set_reads(true);
   std::vector<float> in0(64, 0), out0(64, -1), in1(64, 1), out1(64, -1), piece(8, 5);
