@@ -8,7 +8,6 @@ with a deadline; nothing sleeps to synchronise.
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ports.py
+from ports import free_port, free_ports  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -48,19 +50,6 @@ def env_dump(*names):
 def read_env(job, rank):
     """What env_dump's script wrote for `rank`, as a dict."""
     return dict(l.split("=", 1) for l in (job.dir / f"env.{rank}").read_text().splitlines())
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_ports(n):
-    ports = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return sorted(ports)
 
 
 def job_pids(tag):

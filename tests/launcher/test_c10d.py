@@ -8,6 +8,7 @@ file `release` exists when HOLD is set; every wait polls with a deadline.
 """
 import re
 import signal
+import socket
 import time
 
 import pytest
@@ -24,6 +25,7 @@ exit 0
 """
 
 HOSTING = "hosting the launchers' rendezvous store"
+TAKEN = "is taken on this machine: joining as a client"
 LINE = re.compile(r"^\[(\d+)\]: rank (\d+) of (\d+) node (\d+)/(\d+) master (\S+) restart (\d+) secret (\S+)$", re.M)
 
 
@@ -214,6 +216,25 @@ def test_heartbeat_timeout_bounds_one_call_to_a_silent_node_0(job):
     finally:
         host.signal(signal.SIGKILL)
         host.wait(10)
+
+
+def test_a_port_held_for_a_while_is_hosted_once_free(job):
+    """Something that binds the endpoint's port without listening (a passing
+    connection's socket) makes every launcher here find it taken; they must
+    not all wait as clients for a host that never comes."""
+    job.script("w.sh", WORKER)
+    (port,) = free_ports(1)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port))
+    try:
+        launchers = [c10d(job, port, 2, name=f"l{i}") for i in range(2)]
+        wait_for(lambda: all(TAKEN in launcher.err for launcher in launchers), 20, what="both to find the port taken")
+    finally:
+        holder.close()
+    for launcher in launchers:
+        assert launcher.wait(30) == 0, launcher.err
+    assert sum(HOSTING in launcher.err for launcher in launchers) == 1
+    assert len(ups(job)) == 2
 
 
 def test_min_nodes_never_arrive(job):

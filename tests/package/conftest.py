@@ -17,12 +17,14 @@ scratch folder).
 """
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ports.py
+from ports import free_port, free_ports  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SHOAL_CMAKE_BUILD_DIR", REPO / "build")).resolve()
@@ -46,12 +48,6 @@ def outside_env(bin_dir=None, **extra):
     env["PATH"] = (f"{bin_dir}:" if bin_dir else "") + "/usr/local/bin:/usr/bin:/bin"
     env.update(extra)
     return env
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dev_torch_version():

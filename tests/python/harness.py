@@ -11,7 +11,6 @@ Every rank prints one line
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,11 +22,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 WORKER = HERE / "worker.py"
 
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(HERE.parent))   # tests/ports.py
+from ports import free_port  # noqa: E402,F401
 
 
 class JobError(AssertionError):

@@ -168,6 +168,7 @@ class LauncherRendezvous : public RemoteEvents {
   std::unique_ptr<shoal::auth::Recipient> recipient_;  // the key pair the secret is sealed to
   std::string addr_;                // "host:port" of the store, for messages
   bool coordinator_ = false;        // this launcher hosts the store (node 0)
+  bool told_taken_ = false;         // said once that the endpoint's port is taken here
   int master_port_ = 0;             // c10d coordinator: the workers' MASTER_PORT
   int restarts_used_ = 0;           // as in the last verdict, then counted by settle()
   bool joined_once_ = false;

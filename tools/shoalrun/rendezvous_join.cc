@@ -26,6 +26,9 @@ using std::chrono::seconds;
 namespace {
 
 constexpr auto kJoinPoll = milliseconds(50);
+// How long a launcher that found the endpoint's port taken waits as a client
+// before it tries again to host the store itself.
+constexpr auto kHostRetry = milliseconds(500);
 
 milliseconds ms(double s) { return milliseconds(static_cast<int64_t>(s * 1000.0)); }
 
@@ -94,34 +97,62 @@ void LauncherRendezvous::open_store(Clock::time_point deadline) {
   so.port = static_cast<uint16_t>(cluster_.rdzv_port);
   so.timeout = ms(opts_.rdzv_conf.read_timeout);
   so.secret = user_secret_ ? secret_.hex() : std::string();
-  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-  so.connect_timeout = std::max(left, milliseconds(1));
-  if (cluster_.host_store) {
+  so.expected_clients = cluster_.max_nnodes * 2;
+  auto left = [&] {
+    return std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()), milliseconds(1));
+  };
+  // Hosting: true once this launcher listens on the endpoint.
+  auto host = [&]() -> bool {
     so.is_server = true;
-    so.expected_clients = cluster_.max_nnodes * 2;
     try {
       store_ = std::make_unique<shoal::TcpStore>(so);
-      coordinator_ = true;
-      vlog("hosting the launchers' rendezvous store on " + addr_ + " (job " + opts_.rdzv_id + ")");
-      return;
     } catch (const shoal::Error& e) {
       if (!cluster_.host_by_guess) {
         throw RendezvousError(1, "cannot host the launchers' rendezvous store on " + addr_ + ": " + e.what() +
                                      " (another job on this port? choose another port)");
       }
-      // As torchrun: another launcher on this machine hosts it already.
-      vlog("the rendezvous port " + addr_ + " is taken on this machine: joining as a client (" + e.what() + ")");
-      so.is_server = false;
+      if (!told_taken_) {
+        vlog("the rendezvous port " + addr_ + " is taken on this machine: joining as a client (" + e.what() + ")");
+        told_taken_ = true;
+      }
+      return false;
     }
-  }
+    coordinator_ = true;
+    vlog("hosting the launchers' rendezvous store on " + addr_ + " (job " + opts_.rdzv_id + ")");
+    return true;
+  };
+  if (cluster_.host_store && host()) return;
+  so.is_server = false;
   try {
-    store_ = std::make_unique<shoal::TcpStore>(so);
+    if (cluster_.host_store) {
+      // As torchrun: another launcher on this machine hosts it already. But
+      // the port may be held by something that does not listen (a socket of
+      // another process bound to it for a moment): while no one answers, try
+      // again to host it, so that the launchers here never all wait as clients.
+      for (;;) {
+        so.connect_timeout = std::min(left(), kHostRetry);
+        try {
+          store_ = std::make_unique<shoal::TcpStore>(so);
+          break;
+        } catch (const shoal::TimeoutError&) {
+          if (Clock::now() >= deadline) throw;
+        }
+        if (host()) return;
+        so.is_server = false;
+      }
+    } else {
+      so.connect_timeout = left();
+      store_ = std::make_unique<shoal::TcpStore>(so);
+    }
   } catch (const shoal::TimeoutError& e) {
     throw RendezvousError(1, "rendezvous timed out after " + seconds_text(opts_.rdzv_timeout_s) +
                                  ": no launcher hosts the rendezvous store at " + addr_ + " (" +
                                  (cluster_.c10d() ? "the launcher on the host of " + cluster_.store_origin
                                                   : std::string("node 0")) +
-                                 " never arrived)");
+                                 " never arrived" +
+                                 (told_taken_ ? "; something on this machine holds the port but does not answer"
+                                              : std::string()) +
+                                 ")");
   } catch (const shoal::Error& e) {
     throw RendezvousError(1, std::string("cannot reach the launchers' rendezvous store at ") + addr_ + ": " +
                                  e.what());
