@@ -7,8 +7,9 @@
 // them and on the way of each timed allgather, their results
 // when their rounds interleave with the slot algorithms' on crowded CPUs,
 // what a forced one says where they are off, a rank that runs another
-// algorithm for the same operation, and a rank killed while the others read
-// its memory.
+// algorithm for the same operation, a rank killed while the others read
+// its memory, a live peer's buffer gone (the cause reported is the
+// operation's), and which allreduces claim pieces on a crowded host.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -17,6 +18,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "collectives/arena/copy_choice.h"
 #include "arena_util.h"
@@ -109,6 +113,41 @@ TEST(SharedCma, ChosenByDefaultWhereReadsWork) {
     EXPECT_NE(out.find("allreduce of 131072 B, size class [128 KiB, 256 KiB): algorithm shared_claim\n"),
               std::string::npos) << out;
     EXPECT_NE(out.find("allreduce of 65536 B, size class [64 KiB, 128 KiB): algorithm shared\n"),
+              std::string::npos) << out;
+  }
+}
+
+// More ranks than the host has cores: no single-copy allgather or small
+// claimed allreduce (a second arrival waits for a rank that is not
+// running), but claimed pieces from 4 MiB, where the slot rounds would wait
+// for every rank's fixed share.
+TEST(SharedCma, CrowdedHostClaimsOnlyLargeAllreduces) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 1 || cores > 7) GTEST_SKIP() << cores << " cores: too many ranks to crowd them";
+  const int n = static_cast<int>(cores) + 1;
+  JobOptions jo;
+  jo.env["SHOAL_DEBUG"] = "INFO";
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    for (size_t count : {size_t{1} << 20, size_t{1} << 19, size_t{32768}}) {  // 4 MiB, 2 MiB, 128 KiB
+      std::vector<float> x(count);
+      for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((i + static_cast<size_t>(me)) % 7);
+      c->allreduce(x.data(), x.data(), count, f32, ReduceOp::kSum)->wait();
+      for (size_t i = 0; i < count; i += 4099) {
+        float want = 0;
+        for (int r = 0; r < n; ++r) want += static_cast<float>((i + static_cast<size_t>(r)) % 7);
+        SHOAL_CHECK_MSG(x[i] == want, "allreduce of " << count << " at " << i << ": " << x[i] << " != " << want);
+      }
+    }
+  }, jo);
+  EXPECT_EQ(test::failures(res), "");
+  for (int r = 0; r < n; ++r) {
+    const std::string& out = res[r].output;
+    if (out.find("single-copy reads on") == std::string::npos) GTEST_SKIP() << "no single-copy reads here: " << out;
+    EXPECT_NE(out.find("allreduce of 4194304 B, size class [4 MiB, 8 MiB): algorithm shared_claim\n"),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("allreduce of 2097152 B, size class [2 MiB, 4 MiB): algorithm shared\n"),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("allreduce of 131072 B, size class [128 KiB, 256 KiB): algorithm shared\n"),
               std::string::npos) << out;
   }
 }
@@ -383,6 +422,40 @@ TEST(SharedCma, NoWriteLandsAfterTheOwnerLeft) {
   EXPECT_FALSE(a1->write(0, 16 * sizeof(float), piece.data(), piece.size() * sizeof(float)));
   EXPECT_EQ(out0[16], -1.0f);
   EXPECT_EQ(out0[23], -1.0f);
+}
+
+// A copy that fails because a live peer's buffer is gone (it left the
+// operation, which it does only when the operation failed for it) reports
+// the failure's cause, here another rank found dead, not the live peer;
+// with no cause to be found it names the peer and says what failed.
+TEST(SharedCma, ABufferGoneNamesTheCauseNotTheLivePeer) {
+  struct Rank2Died : transport::Liveness {
+    bool dead = true;
+    std::exception_ptr peer_gone(int peer) override {
+      if (peer != 2 || !dead) return nullptr;
+      return std::make_exception_ptr(PeerLost("peer lost: rank 2: its process has exited", 2));
+    }
+  } live;
+  std::string why;
+  auto arenas = test::arenas(3, 80, &why);
+  ASSERT_EQ(arenas.size(), 3u) << why;
+  for (auto& a : arenas) a->set_reads(true);
+  arenas[0]->set_liveness(&live, 10);
+  const long page = sysconf(_SC_PAGESIZE);
+  void* gone = mmap(nullptr, static_cast<size_t>(page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  ASSERT_EQ(munmap(gone, static_cast<size_t>(page)), 0);  // rank 1 published it, then let it go
+  for (auto& a : arenas) a->begin(1, transport::Fingerprint{});
+  arenas[1]->publish(gone);
+  std::vector<char> dst(64);
+  auto err = test::capture([&] { arenas[0]->read(1, dst.data(), dst.size()); });
+  EXPECT_EQ(test::code(err), ErrorCode::kPeerLost) << test::message(err);
+  EXPECT_NE(test::message(err).find("peer lost: rank 2"), std::string::npos) << test::message(err);
+  live.dead = false;  // no cause anywhere: the error names rank 1 and the copy
+  err = test::capture([&] { arenas[0]->read(1, dst.data(), dst.size()); });
+  EXPECT_NE(test::message(err).find("reading rank 1's buffer (process_vm_readv"), std::string::npos)
+      << test::message(err);
+  EXPECT_NE(test::message(err).find("Bad address"), std::string::npos) << test::message(err);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "shoal/error.h"
 
@@ -456,6 +457,26 @@ bool HostArena::write(int peer, size_t off, const void* src, size_t n) {
   return open;
 }
 
+// A rank leaves an operation before its peers are done with its buffers
+// only when the operation failed for it: a rank died, or another published
+// a cause. That cause is what this rank must report too (a rank that
+// named the peer whose buffer went away would blame a live one), and it may
+// take an abort poll or two to be seen here.
+std::exception_ptr HostArena::cause_of_leaving(int peer) {
+  const auto poll = std::chrono::milliseconds(std::max(abort_poll_ms_, 1));
+  const auto until = Clock::now() + 4 * poll;
+  for (;;) {
+    if (auto e = live_->broken()) return e;
+    if (auto e = live_->check_abort(until)) return e;
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_ || q == peer) continue;
+      if (auto e = live_->peer_gone(q)) return e;
+    }
+    if (Clock::now() >= until) return nullptr;
+    std::this_thread::sleep_for(std::min(poll / 10, std::chrono::milliseconds(25)));  // no event to wait on
+  }
+}
+
 void HostArena::remote_copy(int peer, bool write, void* local, size_t off, size_t n) {
   uint64_t addr = 0;
   std::memcpy(&addr, line(peer).data + (write ? sizeof(addr) : 0), sizeof(addr));
@@ -470,10 +491,15 @@ void HostArena::remote_copy(int peer, bool write, void* local, size_t off, size_
     if (done <= 0) {
       const int err = done < 0 ? errno : EIO;
       if (auto e = live_->peer_gone(peer)) std::rethrow_exception(e);
+      if (err == EFAULT) {  // its buffer is gone: it left the operation
+        if (auto e = cause_of_leaving(peer)) std::rethrow_exception(e);
+      }
       const std::string what = std::string(write ? "writing to" : "reading") + " rank " + std::to_string(peer) +
                                "'s buffer (" + (write ? "process_vm_writev" : "process_vm_readv") + ", seq " +
                                std::to_string(seq_) + "): " + std::strerror(err);
-      if (err == ESRCH) throw PeerLost(what + ": its process is gone", peer);
+      if (err == ESRCH) {  // gone, or a zombie: no memory left to copy
+        std::rethrow_exception(live_->lost(peer, "rank " + std::to_string(peer), "its process is gone (" + what + ")"));
+      }
       throw InternalError(what);
     }
     at += done;

@@ -207,6 +207,10 @@ class HostArena {
   void reached_peer(int peer, int phase);  // after a wait for `peer`
   [[noreturn]] void fail_wait(int peer, uint32_t target);
   void remote_copy(int peer, bool write, void* local, size_t off, size_t n);
+  // After a copy from or to a live `peer` failed: the cause of the
+  // operation's failure that made the peer leave it, once seen (another
+  // rank gone, a published cause), else null after a few abort polls.
+  std::exception_ptr cause_of_leaving(int peer);
   struct WriteGuard;  // in a rank's line for a round it publishes an output in
   WriteGuard& guard(int r) const;
 
