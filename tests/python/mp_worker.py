@@ -487,6 +487,9 @@ def failure(c):
         x, y = data[0]
         train_step(model, x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4])
         opt.step()
+        # No rank arms (and fails its next step) while another is still in
+        # this one: that rank would meet the failure here, not where checked.
+        smp.barrier()
         Bomb.armed[kind] = True
         t0 = time.perf_counter()
         err, failed_at = None, None
