@@ -441,21 +441,25 @@ TEST(SharedCma, ABufferGoneNamesTheCauseNotTheLivePeer) {
   ASSERT_EQ(arenas.size(), 3u) << why;
   for (auto& a : arenas) a->set_reads(true);
   arenas[0]->set_liveness(&live, 10);
-  const long page = sysconf(_SC_PAGESIZE);
-  void* gone = mmap(nullptr, static_cast<size_t>(page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // What rank 1 published is no longer readable: a page it took back
+  // (PROT_NONE, kept reserved so that nothing else is mapped there).
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* gone = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(gone, MAP_FAILED);
-  ASSERT_EQ(munmap(gone, static_cast<size_t>(page)), 0);  // rank 1 published it, then let it go
   for (auto& a : arenas) a->begin(1, transport::Fingerprint{});
   arenas[1]->publish(gone);
   std::vector<char> dst(64);
   auto err = test::capture([&] { arenas[0]->read(1, dst.data(), dst.size()); });
+  ASSERT_NE(err, nullptr) << "a read of a PROT_NONE page succeeded";
   EXPECT_EQ(test::code(err), ErrorCode::kPeerLost) << test::message(err);
   EXPECT_NE(test::message(err).find("peer lost: rank 2"), std::string::npos) << test::message(err);
   live.dead = false;  // no cause anywhere: the error names rank 1 and the copy
   err = test::capture([&] { arenas[0]->read(1, dst.data(), dst.size()); });
+  ASSERT_NE(err, nullptr);
   EXPECT_NE(test::message(err).find("reading rank 1's buffer (process_vm_readv"), std::string::npos)
       << test::message(err);
   EXPECT_NE(test::message(err).find("Bad address"), std::string::npos) << test::message(err);
+  munmap(gone, page);
 }
 
 }  // namespace
