@@ -44,7 +44,7 @@ const Algorithm& select(Coll c, const Args& a, int size, const Overrides& ov, co
       // to the ranks that are. 4 ranks on 2 cores beside a core of bursty
       // load: 0.65-0.85x the slots' time from 4 MiB; quiet, 0.88-1.09x;
       // below 2 MiB slower either way (bench/results/shared-claim).
-      if (arena.reads && bytes >= 4096 * KiB) return must(c, "shared_claim");
+      if (arena.reads && arena.crowded && bytes >= 4096 * KiB) return must(c, "shared_claim");
       if (arena.present) return must(c, "shared");
       if (bytes <= 16 * KiB) return must(c, "recursive_doubling");
       if (two_level && bytes > 256 * KiB) return must(c, "hierarchical");
