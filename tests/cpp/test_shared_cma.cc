@@ -12,6 +12,7 @@
 // operation's), and which allreduces claim pieces on a crowded host.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -152,52 +153,122 @@ TEST(SharedCma, CrowdedHostClaimsOnlyLargeAllreduces) {
   }
 }
 
-// Rank 0's choice between one copy and two, fed with call times: slots
-// first, then single copy, then the faster of the two, with two calls in
-// every kProbeEvery on the other way, and back when the other turns faster;
-// each size class on its own.
+// Rank 0's choice between one copy and two, fed with call times: single
+// copy first; at call kProbeEvery a probe of the slots until kLearn of
+// their calls were timed; then the faster of the two, probing the other
+// way for two calls twice as far on each time (kProbeEvery, 2x, 4x, ... up
+// to kProbeMax); back when the other turns faster, probing again
+// kProbeEvery on; each size class on its own.
 TEST(SharedCma, CopyChoiceTakesTheFasterWayAndProbesTheOther) {
   using coll::arena::CopyChoice;
-  CopyChoice ch;
+  const uint64_t e = CopyChoice::kProbeEvery, m = CopyChoice::kProbeMax;
+  const size_t learn = CopyChoice::kLearn + 1;  // the first call of a way is not timed
   const size_t block = 64 << 10, other_block = 4 << 20;
+  CopyChoice ch;
   std::vector<int> ways;
-  auto run = [&](int calls, double slots_ns, double single_ns) {
-    for (int k = 0; k < calls; ++k) {
+  auto run = [&](uint64_t calls, double slots_ns, double single_ns) {
+    for (uint64_t k = 0; k < calls; ++k) {
       const bool single = CopyChoice::single(ch.proposals(), block);
       ways.push_back(single);
       ch.note(block, single, static_cast<double>(block) * (single ? single_ns : slots_ns));
     }
   };
-  auto count = [&](size_t from, size_t to) {
-    int singles = 0;
-    for (size_t k = from; k < to; ++k) singles += ways[k];
-    return singles;
+  auto calls_of = [&](int way, size_t from, size_t to) {
+    std::vector<size_t> at;
+    for (size_t k = from; k < to; ++k) {
+      if (ways[k] == way) at.push_back(k);
+    }
+    return at;
   };
-  run(6 * static_cast<int>(CopyChoice::kProbeEvery), 2.0, 1.0);
-  EXPECT_EQ(count(0, 3), 0);  // calls 0-2 through the slots
-  EXPECT_EQ(count(3, 6), 3);  // 3-5 single copy
-  const size_t from = CopyChoice::kProbeEvery, to = 6 * CopyChoice::kProbeEvery;
-  EXPECT_EQ(count(from, to), static_cast<int>(to - from) - 2 * 5);  // single, but two probes in every 32
-  EXPECT_FALSE(CopyChoice::single(ch.proposals(), other_block));  // another class: its own first calls
-  run(4 * static_cast<int>(CopyChoice::kProbeEvery), 2.0, 4.0);  // single copy turns slower
-  const size_t last = ways.size();
-  EXPECT_EQ(count(last - CopyChoice::kProbeEvery, last), 2);  // back to the slots, probing single copy
+  // Single copy faster: the slots at e .. e+learn-1, then at 3e, 7e, ...
+  // (gaps 2e, 4e, ... up to m), two calls each.
+  std::vector<size_t> probes;
+  for (size_t i = 0; i < learn; ++i) probes.push_back(e + i);
+  for (uint64_t at = e, gap = 2 * e; at + gap < 5 * m; gap = gap * 2 < m ? gap * 2 : m) {
+    at += gap;
+    probes.push_back(at);
+    probes.push_back(at + 1);
+  }
+  run(5 * m, 2.0, 1.0);
+  EXPECT_EQ(calls_of(0, 0, 5 * m), probes);
+  EXPECT_TRUE(CopyChoice::single(ch.proposals(), other_block));  // another class: single copy first too
+  const size_t turn = ways.size();
+  run(4 * e, 2.0, 4.0);  // single copy turns slower
+  const std::vector<size_t> singles = calls_of(1, turn + CopyChoice::kWindow + 2, ways.size());
+  ASSERT_EQ(singles.size(), 4u);  // back to the slots within a window, probing single copy e and 3e on
+  EXPECT_EQ(singles[1], singles[0] + 1);
+  EXPECT_EQ(singles[2] - singles[0], 2 * e);
+  EXPECT_EQ(singles[3], singles[2] + 1);
+
+  // The slots faster: taken after their first probe. They must be kSwitch
+  // faster to be taken: a little faster is not enough.
+  for (const double slots_ns : {0.5, 0.95}) {
+    CopyChoice fresh;
+    for (uint64_t k = 0; k < e + learn + 4; ++k) {
+      const bool single = CopyChoice::single(fresh.proposals(), block);
+      fresh.note(block, single, static_cast<double>(block) * (single ? 1.0 : slots_ns));
+    }
+    EXPECT_EQ(CopyChoice::single(fresh.proposals(), block), slots_ns > CopyChoice::kSwitch) << slots_ns;
+  }
 
   // The ranks follow the proposals one call late while allgathers come back
-  // to back, and at once when another operation runs between them (as
-  // after shoal-perf's warm-up, its timed calls behind a barrier): that
-  // change must not leave single copy with one timed call.
+  // to back, and at once when another operation runs between them: a change
+  // of that lag during the first probe must not leave the slots with fewer
+  // than kLearn timed calls (they are faster here: taken after the probe).
   CopyChoice lagged;
   uint32_t before = lagged.proposals();
   std::vector<int> followed;
-  for (int k = 0; k < 16; ++k) {
+  for (uint64_t k = 0; k < e + 16; ++k) {
     const uint32_t now = lagged.proposals();
-    const bool single = CopyChoice::single(k < 5 ? before : now, block);
+    const bool single = CopyChoice::single(k < e + 2 ? before : now, block);
     before = now;
     followed.push_back(single);
-    lagged.note(block, single, static_cast<double>(block) * (single ? 1.0 : 2.0));
+    lagged.note(block, single, static_cast<double>(block) * (single ? 2.0 : 1.0));
   }
-  for (int k = 8; k < 16; ++k) EXPECT_EQ(followed[static_cast<size_t>(k)], 1) << "call " << k;
+  for (uint64_t k = e + 8; k < e + 16; ++k) EXPECT_EQ(followed[k], 0) << "call " << k;
+}
+
+// On a busy machine calls run slow by accident, often, and never fast: a
+// choice that averaged them would flip to the way it runs less. Single copy
+// takes 1 ns a byte and the slots 2, but a burst makes a call take 10x:
+// first every one of single copy's learning calls (the choice goes to the
+// slots after their probe, and must come back at single copy's first
+// clean probe), then every other call of single copy, the way that runs
+// (the probes of the slots run clean: the choice must stay on single copy).
+TEST(SharedCma, CopyChoiceIsNotMovedByBursts) {
+  using coll::arena::CopyChoice;
+  const uint64_t e = CopyChoice::kProbeEvery;
+  CopyChoice ch;
+  const size_t block = 1 << 20;
+  std::vector<int> ways;
+  // One call; `burst(single)`: whether a burst hits it.
+  auto call_if = [&](auto burst) {
+    const bool single = CopyChoice::single(ch.proposals(), block);
+    ways.push_back(single);
+    const double ns = static_cast<double>(block) * (single ? 1.0 : 2.0) * (burst(single) ? 10.0 : 1.0);
+    ch.note(block, single, ns);
+    return single;
+  };
+  for (uint64_t k = 0; k < e; ++k) call_if([](bool single) { return single; });  // single copy hit
+  for (uint64_t k = 0; k < 3 * e; ++k) call_if([](bool) { return false; });     // then all clean
+  size_t slots = 0;
+  for (size_t k = e; k < ways.size(); ++k) slots += !ways[k];
+  EXPECT_LE(slots, e + 8) << "single copy taken back at its first probe";
+  EXPECT_TRUE(CopyChoice::single(ch.proposals(), block));
+  // Every other call of single copy hit: the slots run only as probes,
+  // two calls at a time.
+  const size_t from = ways.size();
+  for (uint64_t k = 0; k < 16 * e; ++k) {
+    call_if([k](bool single) { return single && k % 2 == 0; });
+  }
+  size_t probes = 0;
+  for (size_t k = from; k < ways.size(); ++k) {
+    if (ways[k] || (k > from && !ways[k - 1])) continue;
+    ++probes;  // the first call of a run through the slots
+    EXPECT_TRUE(k + 2 < ways.size() && !ways[k + 1] && ways[k + 2]) << "a run through the slots at call " << k;
+  }
+  EXPECT_GE(probes, 2u);
+  EXPECT_TRUE(CopyChoice::single(ch.proposals(), block));
 }
 
 // The timed allgather (the table's on two ranks with a core each, forced
@@ -282,6 +353,34 @@ TEST(SharedCma, InterleavedWithSlotRoundsOnOneCpu) {
       SHOAL_CHECK_MSG(x == 6.0f, "allreduce before round " << k);
       broadcast(*c, me, 1024 + static_cast<size_t>(k), k, "shared_cma");
       allgather(*c, me, n, 1024 + static_cast<size_t>(k), k, "shared_cma");
+    }
+  });
+  EXPECT_EQ(test::failures(res), "");
+}
+
+// A rank copies its own block in pieces while the next peer it reads has
+// not arrived, and the rest after its reads: with one rank late in each
+// round (a delay before the call, so that the others wait for it; the
+// result must be exact whatever the timing), a block that is not a whole
+// number of pieces, three ranks so that a rank waits for a second peer
+// after the first, and in place.
+TEST(SharedCma, OwnBlockCopiedWhileWaitingForALatePeer) {
+  const int n = 3;
+  auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
+    const size_t count = 100000 + 7;  // 400028 bytes: 6 pieces of 64 KiB and a part
+    for (int k = 0; k < 6 && test::check_failures() == 0; ++k) {
+      if (me == (k + 1) % n) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      allgather(*c, me, n, count, k, "shared_cma");
+      std::vector<float> all(count * n, -1);
+      for (size_t i = 0; i < count; ++i) all[static_cast<size_t>(me) * count + i] = v(me, i, k);
+      if (me == (k + 2) % n) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      c->allgather(all.data() + static_cast<size_t>(me) * count, all.data(), count, f32, algo("shared_cma"))->wait();
+      for (size_t i = 0; i < all.size(); ++i) {
+        if (all[i] != v(static_cast<int>(i / count), i % count, k)) {
+          SHOAL_CHECK_MSG(false, "in-place allgather round " << k << " element " << i);
+          break;
+        }
+      }
     }
   });
   EXPECT_EQ(test::failures(res), "");

@@ -3,6 +3,13 @@
 
 namespace shoal::coll::arena {
 
+double CopyChoice::estimate(const Class& cl, int way) {
+  const int n = cl.samples[way] < kWindow ? cl.samples[way] : kWindow;
+  double best = cl.recent[way][0];
+  for (int i = 1; i < n; ++i) best = cl.recent[way][i] < best ? cl.recent[way][i] : best;
+  return best;
+}
+
 void CopyChoice::note(size_t block, bool single, double ns) {
   const int c = size_class(block);
   Class& cl = classes_[c];
@@ -12,26 +19,32 @@ void CopyChoice::note(size_t block, bool single, double ns) {
   const bool steady = k > 0 && single == cl.last;
   cl.last = single;
   if (steady) {
-    update_estimate(cl.est[single], cl.samples[single]++, ns / static_cast<double>(block), single != cl.single);
-    if (cl.samples[0] >= 2 && cl.samples[1] >= 2) {
+    cl.recent[single][cl.samples[single]++ % kWindow] = ns / static_cast<double>(block);
+    if (cl.samples[0] >= kLearn && cl.samples[1] >= kLearn) {
       const int other = !cl.single;
-      if (cl.est[other] < kSwitch * cl.est[!other]) cl.single = other;
+      if (estimate(cl, other) < kSwitch * estimate(cl, !other)) {
+        cl.single = other;  // probe the way it left kProbeEvery calls on (ending a probe under way)
+        cl.probe_gap = kProbeEvery;
+        cl.probe_at = cl.calls + kProbeEvery;
+      }
     }
   }
-  // The way of the class's next calls: the slots until two of their calls
-  // were timed, then single copy until two of its were, then the faster,
-  // and the other for two calls in every kProbeEvery. By samples, not by
-  // call: the ranks follow a proposal one call late while calls come back
-  // to back, at once when another operation runs between them, and a
-  // change of that lag must not cut a way's calls short.
+  // The way of the class's next calls: the faster so far, the probes aside. A
+  // probe lasts two calls, the first until the slots have kLearn timed
+  // calls: by samples, not by call, since the ranks follow a proposal one
+  // call late while calls come back to back and at once when another
+  // operation runs between them, and a change of that lag must not cut a
+  // way's calls short.
   const uint64_t next = cl.calls;
   bool way = cl.single;
-  if (cl.samples[0] < 2) {
-    way = false;
-  } else if (cl.samples[1] < 2) {
-    way = true;
-  } else if (next % kProbeEvery < 2) {
-    way = !cl.single;
+  if (cl.samples[1] >= kLearn && next >= cl.probe_at) {
+    const bool over = next >= cl.probe_at + 2 && cl.samples[!cl.single] >= kLearn;
+    if (over) {  // the choice held: the next probe twice as far on
+      cl.probe_gap = cl.probe_gap * 2 < kProbeMax ? cl.probe_gap * 2 : kProbeMax;
+      cl.probe_at += cl.probe_gap;
+      if (cl.probe_at < next) cl.probe_at = next;
+    }
+    if (next >= cl.probe_at) way = !cl.single;
   }
   word_ = way ? word_ | (1u << c) : word_ & ~(1u << c);
 }

@@ -8,13 +8,28 @@
 // 2-vCPU EPYC VM with the cores apart, single copy took 0.48-0.90x the slot
 // rounds' time from 64 KiB to 32 MiB of output; with them close, 1.29x at
 // 512 KiB, where the slots pipeline (docs/algorithms.md, "Single copy").
-// So rank 0 times its allgathers, one estimate of ns per byte per way and
-// size class (slot_stores.h: a power of two of the block per rank), and
-// proposes a way per class: through the slots until two calls were timed
-// (calls 0-2 of a class), then single copy until two were (3-5), then the
-// faster, and two calls in every kProbeEvery the other way. Not timed: a
-// class's first call (page faults) and the first call after a change of
-// way (the other way's lines are still where it left them).
+// So rank 0 times its allgathers and proposes a way per size class
+// (slot_stores.h: a power of two of the block per rank). Single copy comes
+// first, the faster wherever the slots do not pipeline (on the Xeon VM at
+// every size). At a class's call kProbeEvery the slots are probed until
+// kLearn of their calls were timed; from then on the faster way runs, and a
+// probe of two calls goes the other way twice as far on each time the
+// choice held (kProbeEvery, then 2x, 4x, ... up to kProbeMax: a probe costs
+// what the slower way does, and two calls in every 32 cost a 2-rank
+// allgather 3-6% of its time), kProbeEvery on again once it changed. Taking
+// the way that is usually slower last, not first, keeps its price and the
+// change back off a class's first calls. Not timed: a class's first call
+// (page faults) and the first call after a change of way (the other way's
+// lines are still where it left them).
+//
+// A way's estimate is the fastest of its last kWindow timed calls (ns per
+// byte): a call runs slow by accident (a rank preempted, an interrupt),
+// never fast, and on a busy machine most calls may be slow by some amount.
+// A running mean there tracks the bursts: the way that runs most gathers
+// them, and a probe of the other that happened to miss them looks faster
+// than it is. The fastest of a few recent calls compares the two ways as
+// they run when nothing gets in the way, and still follows a change of the
+// machine (the cores moved) within kWindow calls of the way in use.
 //
 // Every rank must run the same algorithm: rank 0 writes its proposals (one
 // bit per class) into its control line when it begins a round, every other
@@ -33,7 +48,8 @@ namespace shoal::coll::arena {
 
 class CopyChoice {
  public:
-  static constexpr uint64_t kProbeEvery = 32;
+  static constexpr uint64_t kProbeEvery = 32, kProbeMax = 512;
+  static constexpr int kLearn = 3, kWindow = 4;
   // The other way must be this much faster to be taken instead.
   static constexpr double kSwitch = 0.9;
 
@@ -47,14 +63,16 @@ class CopyChoice {
 
  private:
   struct Class {
-    double est[2] = {0, 0};  // ns per byte: slots, single copy
-    int samples[2] = {0, 0};
+    double recent[2][kWindow] = {};  // ns per byte of the last timed calls: slots, single copy
+    int samples[2] = {0, 0};         // timed calls of each way so far
     uint64_t calls = 0;
-    bool single = false;  // the faster so far
-    bool last = false;    // the way of the last call
+    bool single = true;  // the faster so far (single copy until the slots are shown kSwitch faster)
+    bool last = true;    // the way of the last call
+    uint64_t probe_at = kProbeEvery, probe_gap = kProbeEvery;  // the next probe's first call, and the gap to it
   };
+  static double estimate(const Class& cl, int way);
   Class classes_[kSizeClasses];
-  uint32_t word_ = 0;
+  uint32_t word_ = (1u << kSizeClasses) - 1;  // single copy in every class
 };
 
 }  // namespace shoal::coll::arena

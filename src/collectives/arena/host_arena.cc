@@ -255,6 +255,11 @@ void HostArena::wait_all(int phase, const LazyDeadline& deadline) {
   }
 }
 
+bool HostArena::arrived(int peer, int phase) const {
+  const uint32_t target = static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase));
+  return reached(line(peer).flag.load(std::memory_order_acquire), target);
+}
+
 void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
   const uint32_t target = static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase));
   Line& c = line(peer);

@@ -191,6 +191,9 @@ class HostArena {
   // timed_out error at `deadline`.
   void wait_all(int phase, const LazyDeadline& deadline);
   void wait_one(int peer, int phase, const LazyDeadline& deadline);
+  // Whether `peer` has announced `phase` of the current round, without
+  // waiting (a wait_one() for it still follows before its data is used).
+  bool arrived(int peer, int phase) const;
 
  private:
   struct Line;
