@@ -1,13 +1,13 @@
 // collectives/arena/copy_choice.cc — CopyChoice (copy_choice.h).
 #include "collectives/arena/copy_choice.h"
 
+#include <algorithm>
+
 namespace shoal::coll::arena {
 
 double CopyChoice::estimate(const Class& cl, int way) {
-  const int n = cl.samples[way] < kWindow ? cl.samples[way] : kWindow;
-  double best = cl.recent[way][0];
-  for (int i = 1; i < n; ++i) best = cl.recent[way][i] < best ? cl.recent[way][i] : best;
-  return best;
+  const int n = std::min(cl.samples[way], kWindow);
+  return *std::min_element(cl.recent[way], cl.recent[way] + std::max(n, 1));
 }
 
 void CopyChoice::note(size_t block, bool single, double ns) {

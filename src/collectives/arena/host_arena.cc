@@ -245,7 +245,7 @@ void HostArena::arrive(int phase) {
   // of a small round (bench/results/arena-round). So the look at `waiters`
   // may pass the store: a rank registering to sleep just then may not be
   // woken, and sleep_on() makes up for that.
-  c.flag.store(static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase)), std::memory_order_release);
+  c.flag.store(flag_of(phase), std::memory_order_release);
   if (c.waiters.load(std::memory_order_relaxed) != 0) futex(&c.flag, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
@@ -256,12 +256,11 @@ void HostArena::wait_all(int phase, const LazyDeadline& deadline) {
 }
 
 bool HostArena::arrived(int peer, int phase) const {
-  const uint32_t target = static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase));
-  return reached(line(peer).flag.load(std::memory_order_acquire), target);
+  return reached(line(peer).flag.load(std::memory_order_acquire), flag_of(phase));
 }
 
 void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
-  const uint32_t target = static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase));
+  const uint32_t target = flag_of(phase);
   Line& c = line(peer);
   uint32_t v = c.flag.load(std::memory_order_acquire);
   if (!reached(v, target)) {

@@ -203,6 +203,10 @@ class HostArena {
     return ctl_base_ + static_cast<size_t>(r) * kControlBytes + static_cast<size_t>((round_ - 1) & 1) * kLineBytes;
   }
   Line& line(int r) const { return *reinterpret_cast<Line*>(line_at(r)); }
+  // The flag value that announces `phase` (1 or 2) of the current round.
+  uint32_t flag_of(int phase) const {
+    return static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase));
+  }
   HostArena(int rank, int size, size_t slot_bytes, void* map, size_t map_bytes, int fd);
   void sleep_on(int peer, uint32_t target, const LazyDeadline& deadline);
   void wait_beside(int peer, uint32_t target, const LazyDeadline& deadline);  // the peer shares this CPU
