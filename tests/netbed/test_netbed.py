@@ -283,8 +283,13 @@ def test_cleanup_on_signal(netns_ok, sig):
         p.kill()
         pytest.fail(f"the owner did not exit within 20 s of {sig!r}; its children:\n{tree}\n"
                     f"its stderr:\n{p.communicate()[1][-3000:]}")
-    # SIGTERM/SIGINT: the owner removes the bed; SIGKILL: its guard process does.
-    wait_for(lambda: gone(prefix), 15, f"namespaces {prefix}-* to be removed")
+    if sig == signal.SIGKILL:
+        # Its guard process removes the bed, concurrently with this test, and
+        # unlinks the state file only after the namespaces are gone.
+        wait_for(lambda: gone(prefix) and netbed.read_state(prefix) is None, 15,
+                 f"the guard to remove namespaces {prefix}-* and the state file")
+    # SIGTERM/SIGINT: the owner removes the whole bed before it exits.
+    assert gone(prefix)
     assert netbed.read_state(prefix) is None
 
 
