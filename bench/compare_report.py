@@ -302,8 +302,10 @@ def target_note(op, by, op_sizes):
         if not (a and b):
             return f"{mine} {fmt_size(small)} latency vs {peer}: n/a (needs both rows)"
         ratio = a["time_us"] / b["time_us"] if b["time_us"] > 0 else float("inf")
-        return (f"{mine} {fmt_size(small)} latency vs {peer}: {a['time_us']:.1f} us vs "
-                f"{b['time_us']:.1f} us = {ratio:.2f}x of {peer}'s time (target <= {label}: "
+        def us(t):  # two decimals below 10 us, so that the times shown give the ratio shown
+            return f"{t:.2f}" if t < 10 else f"{t:.1f}"
+        return (f"{mine} {fmt_size(small)} latency vs {peer}: {us(a['time_us'])} us vs "
+                f"{us(b['time_us'])} us = {ratio:.2f}x of {peer}'s time (target <= {label}: "
                 f"{'met' if ratio <= factor else 'NOT met'})")
 
     def bandwidth(mine, peer, floor, factor):
