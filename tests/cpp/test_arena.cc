@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -352,6 +353,44 @@ TEST(Arena, WaitSeesItsPeerQueuedOnItsCpu) {
   EXPECT_EQ(w.runnable_on(other), 1);
   there.store(0);
   elsewhere.join();
+}
+
+// A rank asleep on its peer's counter is woken by the peer's arrival, not
+// by the end of its sleep's slice: rank 1 waits with no spin, on both round
+// parities; rank 0 arrives once rank 1 is registered and blocked (its
+// thread sleeping, read from /proc), so that the futex is the only way out.
+TEST(Arena, ArrivalWakesAPeerAsleepOnIt) {
+  using coll::arena::HostArena;
+  std::string why;
+  auto both = test::arenas(2, 81, &why);
+  ASSERT_EQ(both.size(), 2u) << why;
+  both[1]->set_spin(0, HostArena::Spin::kYield);
+  for (uint64_t round = 1; round <= 4; ++round) {
+    for (auto& a : both) a->begin(round, transport::Fingerprint{});
+    std::atomic<int> tid{0};
+    std::thread sleeper([&] {
+      tid.store(proc::this_tid());
+      transport::LazyDeadline deadline(std::chrono::seconds(20));
+      both[1]->wait_one(0, 1, deadline);
+    });
+    while (tid.load() == 0) sched_yield();
+    const std::string stat = "/proc/self/task/" + std::to_string(tid.load()) + "/stat";
+    auto blocked = [&] {
+      std::ifstream f(stat);
+      std::string line;
+      std::getline(f, line);
+      char state = 0;
+      int cpu = -1;
+      return proc::parse_task_stat(line, &state, &cpu) && state == 'S';
+    };
+    for (int i = 0; i < 10000000 && !(both[0]->asleep_on(0) == 1 && blocked()); ++i) sched_yield();
+    ASSERT_EQ(both[0]->asleep_on(0), 1u) << "round " << round;
+    both[0]->arrive(1);
+    sleeper.join();
+    EXPECT_EQ(both[1]->sleeps().slices_out, 0u) << "round " << round << ": the arrival did not wake it";
+    EXPECT_EQ(both[1]->sleeps().woken, round);
+    EXPECT_EQ(both[0]->asleep_on(0), 0u);
+  }
 }
 
 // The barrier in the arena: no rank leaves one before every rank has

@@ -23,7 +23,7 @@ namespace shoal::coll::arena {
 namespace {
 
 constexpr uint32_t kArenaMagic = 0x53484152;  // "SHAR"
-constexpr uint32_t kArenaVersion = 6;  // 6: the claim counter
+constexpr uint32_t kArenaVersion = 7;  // 7: the sleepers in a line of their own
 constexpr size_t kPage = 4096;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 // Longer than a store can wait in a store buffer (a cache-line transfer,
@@ -80,18 +80,27 @@ std::string errno_text() { return std::strerror(errno); }
 // operation it belongs to, the CPU, the data) is in this one cache line, so
 // a small round costs one line fetched per peer and one taken back.
 struct alignas(HostArena::kLineBytes) HostArena::Line {  // 128: no neighbour for the adjacent-line prefetcher
-  std::atomic<uint32_t> flag{0};     // 2k + phase of the rank's last arrival in a round of this parity
-  std::atomic<uint32_t> waiters{0};  // ranks asleep on `flag`
-  std::atomic<int32_t> cpu{-1};      // the CPU the rank ran on when it began the round
-  uint32_t copies = 0;               // rank 0: its CopyChoice proposals when it began the round
+  std::atomic<uint32_t> flag{0};  // 2k + phase of the rank's last arrival in a round of this parity
+  uint32_t unused = 0;
+  std::atomic<int32_t> cpu{-1};   // the CPU the rank ran on when it began the round
+  uint32_t copies = 0;            // rank 0: its CopyChoice proposals when it began the round
   uint64_t seq = 0;  // the operation of the round (written before phase 1)
   Fingerprint fp;
   char data[kInlineBytes];  // the rank's slot for a round of at most kInlineBytes
   char near[kNearBytes];    // ... and for one of at most kNearBytes
 };
 
+// The ranks asleep on a rank's `flag`, per parity: written only by a peer
+// that goes to sleep, so the line stays in the arriving rank's cache, and
+// arrive()'s look at it does not wait for the control line that the rank's
+// own stores are taking back from the peers that read it.
+struct alignas(HostArena::kLineBytes) HostArena::Sleepers {
+  std::atomic<uint32_t> waiters[2] = {0, 0};
+};
+
 struct HostArena::Control {
   Line line[2];
+  Sleepers sleepers;
 };
 
 // Written once by each rank when it maps the segment.
@@ -130,6 +139,7 @@ HostArena::HostArena(int rank, int size, size_t slot_bytes, void* map, size_t ma
   static_assert(offsetof(Line, data) == kInlineOffset && sizeof(Line) == kLineBytes);
   static_assert(offsetof(Line, near) == kNearOffset);
   static_assert(sizeof(Control) == kControlBytes);
+  static_assert(offsetof(Control, sleepers) == kSleepersOffset);
   Member& me = member(rank);
   me.pid = getpid();
   me.map = reinterpret_cast<uintptr_t>(map);
@@ -137,6 +147,11 @@ HostArena::HostArena(int rank, int size, size_t slot_bytes, void* map, size_t ma
 
 HostArena::Member& HostArena::member(int r) const {
   return reinterpret_cast<Member*>(members_)[r];
+}
+
+std::atomic<uint32_t>& HostArena::waiters(int r) const {
+  auto* s = reinterpret_cast<Sleepers*>(ctl_base_ + static_cast<size_t>(r) * kControlBytes + kSleepersOffset);
+  return s->waiters[(round_ - 1) & 1];
 }
 
 HostArena::~HostArena() {
@@ -246,7 +261,7 @@ void HostArena::arrive(int phase) {
   // may pass the store: a rank registering to sleep just then may not be
   // woken, and sleep_on() makes up for that.
   c.flag.store(flag_of(phase), std::memory_order_release);
-  if (c.waiters.load(std::memory_order_relaxed) != 0) futex(&c.flag, FUTEX_WAKE, INT_MAX, nullptr);
+  if (waiters(rank_).load(std::memory_order_relaxed) != 0) futex(&c.flag, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
 void HostArena::wait_all(int phase, const LazyDeadline& deadline) {
@@ -355,10 +370,11 @@ void HostArena::check_peer(int peer) {
 
 void HostArena::sleep_on(int peer, uint32_t target, const LazyDeadline& deadline) {
   Line& c = line(peer);
+  std::atomic<uint32_t>& asleep = waiters(peer);
   const auto poll = std::chrono::milliseconds(abort_poll_ms_);
   auto next_check = Clock::now() + poll;
   for (;;) {
-    c.waiters.fetch_add(1, std::memory_order_seq_cst);
+    asleep.fetch_add(1, std::memory_order_seq_cst);
     // The peer may have looked at `waiters` before this registration, with
     // its arrival still in its store buffer (arrive()): not woken, this rank
     // must see the arrival itself. A buffered store lands within a cache
@@ -371,9 +387,14 @@ void HostArena::sleep_on(int peer, uint32_t target, const LazyDeadline& deadline
     }
     if (!reached(v, target)) {
       timespec ts{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kSleepSlice).count()};
-      futex(&c.flag, FUTEX_WAIT, v, &ts);  // EAGAIN, ETIMEDOUT and EINTR all mean: look again
+      // EAGAIN, ETIMEDOUT and EINTR all mean: look again.
+      if (futex(&c.flag, FUTEX_WAIT, v, &ts) == 0) {
+        ++sleeps_.woken;
+      } else if (errno == ETIMEDOUT) {
+        ++sleeps_.slices_out;
+      }
     }
-    c.waiters.fetch_sub(1, std::memory_order_relaxed);
+    asleep.fetch_sub(1, std::memory_order_relaxed);
     if (reached(c.flag.load(std::memory_order_acquire), target)) return;
     if (auto e = live_->broken()) std::rethrow_exception(e);
     const auto now = Clock::now();

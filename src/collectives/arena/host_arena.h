@@ -4,10 +4,11 @@
 //
 // Layout: a header page; the member table; one control block per rank, of
 // two 128-byte lines, one per round parity (each holds, in its first cache
-// line, the rank's arrival counter for rounds of that parity, the number of
-// ranks asleep on it, the operation and the CPU of the round, rank 0's
-// CopyChoice proposals, and kInlineBytes of data; in its second, kNearBytes of data); then per rank
-// two data slots of `slot_bytes` each.
+// line, the rank's arrival counter for rounds of that parity, the operation
+// and the CPU of the round, rank 0's CopyChoice proposals, and kInlineBytes
+// of data; in its second, kNearBytes of data), and a third line with the
+// number of ranks asleep on each counter; then per rank two data slots of
+// `slot_bytes` each.
 //
 // Rounds: an operation is one or more rounds (a large one is cut into
 // slot-sized pieces). Every rank counts rounds alike, so round k uses
@@ -183,7 +184,9 @@ class HostArena {
   static constexpr size_t kNearBytes = 64, kNearOffset = 64;
   // A rank's control block: two lines, 128 bytes apart (not neighbours for
   // the adjacent-line prefetcher); its data at kInlineOffset in the line.
-  static constexpr size_t kLineBytes = 128, kControlBytes = 2 * kLineBytes, kInlineOffset = 40;
+  static constexpr size_t kLineBytes = 128, kInlineOffset = 40;
+  // Two lines, then the line of sleepers (Sleepers).
+  static constexpr size_t kSleepersOffset = 2 * kLineBytes, kControlBytes = 3 * kLineBytes;
   // Announces `phase` (1 or 2) of the current round.
   void arrive(int phase);
   // Waits until every peer (or `peer`) has announced `phase` of the current
@@ -194,15 +197,27 @@ class HostArena {
   // Whether `peer` has announced `phase` of the current round, without
   // waiting (a wait_one() for it still follows before its data is used).
   bool arrived(int peer, int phase) const;
+  // The ranks asleep on rank r's counter of the current round (registered
+  // to be woken by its next arrival).
+  uint32_t asleep_on(int r) const { return waiters(r).load(std::memory_order_relaxed); }
+  // How this rank's sleeps on a peer's counter ended: woken by the peer's
+  // arrival, or at the end of a slice (the peer did not wake it).
+  struct Sleeps {
+    uint64_t woken = 0, slices_out = 0;
+  };
+  const Sleeps& sleeps() const { return sleeps_; }
 
  private:
   struct Line;
+  struct Sleepers;
   struct Control;
   Member& member(int r) const;
   char* line_at(int r) const {  // rank r's control line of the current round
     return ctl_base_ + static_cast<size_t>(r) * kControlBytes + static_cast<size_t>((round_ - 1) & 1) * kLineBytes;
   }
   Line& line(int r) const { return *reinterpret_cast<Line*>(line_at(r)); }
+  // The ranks asleep on rank r's counter of the current round's parity.
+  std::atomic<uint32_t>& waiters(int r) const;
   // The flag value that announces `phase` (1 or 2) of the current round.
   uint32_t flag_of(int phase) const {
     return static_cast<uint32_t>(2 * (round_ - 1) + static_cast<uint64_t>(phase));
@@ -237,6 +252,7 @@ class HostArena {
   int cpu_ = -1;  // the CPU this rank began its current round on
   int tid_ = 0;   // the thread in this rank's member entry
   proc::CpuSharing sharing_;  // when a rank beside its peer moves
+  Sleeps sleeps_;
   bool reads_ = false;
   SlotStores stores_;
   CopyChoice copies_;
