@@ -1,9 +1,10 @@
 // test_arena.cc — the *_shared algorithms and the segment they share
 // (collectives/arena/host_arena.h): results over many rounds and through the
-// sleeping path, who gets them by default, and their failures: a timeout
-// and an abort inside a round, a forced algorithm without an arena, and a
-// rank killed mid-round (named by every survivor within 2 s, nothing left
-// in /dev/shm); and how a rank writes its slots (SlotStores).
+// sleeping path, the wake of a rank asleep on its peer, who gets them by
+// default, and their failures: a timeout and an abort inside a round, a
+// forced algorithm without an arena, and a rank killed mid-round (named by
+// every survivor within 2 s, nothing left in /dev/shm); and how a rank
+// writes its slots (SlotStores).
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
