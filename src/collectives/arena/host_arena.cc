@@ -150,8 +150,7 @@ HostArena::Member& HostArena::member(int r) const {
 }
 
 std::atomic<uint32_t>& HostArena::waiters(int r) const {
-  auto* s = reinterpret_cast<Sleepers*>(ctl_base_ + static_cast<size_t>(r) * kControlBytes + kSleepersOffset);
-  return s->waiters[(round_ - 1) & 1];
+  return reinterpret_cast<Sleepers*>(control_at(r) + kSleepersOffset)->waiters[parity()];
 }
 
 HostArena::~HostArena() {

@@ -161,7 +161,7 @@ class HostArena {
   void begin(uint64_t seq, const Fingerprint& fp);
   // Rank r's slot of the current round.
   char* slot(int r) const {
-    return data_ + (static_cast<size_t>(r) * 2 + static_cast<size_t>((round_ - 1) & 1)) * slot_bytes_;
+    return data_ + (static_cast<size_t>(r) * 2 + parity()) * slot_bytes_;
   }
   // Rank r's buffer for `bytes` bytes per rank in the current round (every
   // rank passes the same): in its control line when they fit, so that a
@@ -212,9 +212,9 @@ class HostArena {
   struct Sleepers;
   struct Control;
   Member& member(int r) const;
-  char* line_at(int r) const {  // rank r's control line of the current round
-    return ctl_base_ + static_cast<size_t>(r) * kControlBytes + static_cast<size_t>((round_ - 1) & 1) * kLineBytes;
-  }
+  char* control_at(int r) const { return ctl_base_ + static_cast<size_t>(r) * kControlBytes; }  // rank r's block
+  size_t parity() const { return static_cast<size_t>((round_ - 1) & 1); }  // of the current round
+  char* line_at(int r) const { return control_at(r) + parity() * kLineBytes; }  // rank r's line of this round
   Line& line(int r) const { return *reinterpret_cast<Line*>(line_at(r)); }
   // The ranks asleep on rank r's counter of the current round's parity.
   std::atomic<uint32_t>& waiters(int r) const;
