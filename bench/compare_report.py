@@ -94,6 +94,10 @@ def write_markdown(path, args, meta, rows):
         L.append(f"- **under load** (`--load {args.load}`): "
                  f"{load.Load(args.load).describe()}, started before and stopped after "
                  f"every implementation's run, so each met the same interference")
+    if getattr(args, "touch", False):
+        L.append("- **touched** (`--touch`): before each timed iteration, untimed, every rank "
+                 "rewrote its input in place and read its output (a store and a load per cache "
+                 "line), as a training step writes what it sends and reads what it received")
     L.append("- time_us: median over iterations per rank, max over ranks (each iteration "
              "preceded by an untimed barrier, shoal-perf's `--barrier` included). busbw in GB/s (1e9 B/s) with "
              "nccl-tests factors: allreduce 2(n-1)/n, allgather (n-1)/n, broadcast 1; "

@@ -216,6 +216,8 @@ def worker(args):
             buf = src.clone()
 
             def once(last=False, buf=buf, src=src):
+                if args.touch:
+                    PC.touch(buf, buf)
                 buf.copy_(src)
                 if barrier:
                     shm_barrier()

@@ -46,6 +46,7 @@ typedef struct {
     int iters, warmup, min_iters;
     double budget;
     int barrier;
+    int touch;
     const char *impl;
     int ops[OP_COUNT];
     int nops;
@@ -98,7 +99,7 @@ static void usage(void) {
                 "                 [--ops allreduce,allgather,broadcast,reduce_scatter] "
                 "[--impl NAME]\n"
                 "                 [--budget SECONDS] [--min-iters N] "
-                "[--no-barrier]\n");
+                "[--no-barrier] [--touch]\n");
 }
 
 static void parse_args(options *o, int argc, char **argv) {
@@ -110,6 +111,7 @@ static void parse_args(options *o, int argc, char **argv) {
     o->min_iters = 5;
     o->budget = 0.0;
     o->barrier = 1;
+    o->touch = 0;
     o->impl = "mpi";
     parse_ops(o, "allreduce,allgather,broadcast");
     for (int i = 1; i < argc; i++) {
@@ -127,6 +129,7 @@ static void parse_args(options *o, int argc, char **argv) {
         else if (!strcmp(a, "--op")) { NEEDV(); parse_ops(o, v); }
         else if (!strcmp(a, "--impl")) { NEEDV(); o->impl = v; }
         else if (!strcmp(a, "--no-barrier")) { o->barrier = 0; }
+        else if (!strcmp(a, "--touch")) { o->touch = 1; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); MPI_Finalize(); exit(0); }
         else { usage(); die("unknown argument"); }
 #undef NEEDV
@@ -219,7 +222,24 @@ static long long check(int op, const bufs *b) {
     return wrong;
 }
 
+/* --touch: one store into every cache line of the input (the value it
+ * holds) and one load from every line of the output, before the barrier. */
+static int touch_bufs;
+static volatile unsigned char touch_sink;
+
+static void touch(int op, bufs *b) {
+    size_t in = (op == OP_ALLGATHER ? b->sendcount : b->count) * sizeof(float);
+    size_t out = (op == OP_REDUCE_SCATTER ? b->sendcount : b->count) * sizeof(float);
+    volatile unsigned char *s = (volatile unsigned char *)b->send;
+    const volatile unsigned char *r = (const volatile unsigned char *)b->recv;
+    unsigned char sum = 0;
+    for (size_t i = 0; i < in; i += 64) s[i] = s[i];
+    for (size_t i = 0; i < out; i += 64) sum ^= r[i];
+    touch_sink = sum;
+}
+
 static double run_once(int op, bufs *b, int barrier) {
+    if (touch_bufs) touch(op, b);
     if (barrier) MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     switch (op) {
@@ -253,6 +273,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     options o;
     parse_args(&o, argc, argv);
+    touch_bufs = o.touch;
 
     /* Buffers sized for the largest message, touched once up front. */
     size_t max_count = o.max_bytes / 4 + (size_t)nranks;

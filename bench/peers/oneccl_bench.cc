@@ -24,11 +24,27 @@ struct options {
     int iters = 20, warmup = 5, min_iters = 5;
     double budget = 0.0;
     bool barrier = true;
+    bool touch = false;  // before each iteration: rewrite the input, read the output
     std::string impl = "oneccl";
     std::vector<int> ops;
 };
 
 static int rank_ = 0, nranks = 1;
+
+// --touch, as mpi_bench.c's: one store into every cache line of the input
+// (the value it holds) and one load from every line of the output.
+static volatile unsigned char touch_sink;
+
+static void touch(int op, float *send, const float *recv, size_t count, size_t sendcount) {
+    size_t in = (op == OP_ALLGATHER ? sendcount : count) * sizeof(float);
+    size_t out = (op == OP_REDUCE_SCATTER ? sendcount : count) * sizeof(float);
+    volatile unsigned char *s = reinterpret_cast<volatile unsigned char *>(send);
+    const volatile unsigned char *r = reinterpret_cast<const volatile unsigned char *>(recv);
+    unsigned char sum = 0;
+    for (size_t i = 0; i < in; i += 64) s[i] = s[i];
+    for (size_t i = 0; i < out; i += 64) sum ^= r[i];
+    touch_sink = sum;
+}
 
 [[noreturn]] static void die(const std::string &msg) {
     fprintf(stderr, "oneccl_bench[%d]: %s\n", rank_, msg.c_str());
@@ -88,6 +104,7 @@ static void parse_args(options &o, int argc, char **argv) {
         else if (a == "--ops" || a == "--op") { need(); parse_ops(o, v); }
         else if (a == "--impl") { need(); o.impl = v; }
         else if (a == "--no-barrier") { o.barrier = false; }
+        else if (a == "--touch") { o.touch = true; }
         else die("unknown argument " + a);
     }
     if (o.factor <= 1.0) die("-f must be > 1");
@@ -207,6 +224,7 @@ int main(int argc, char **argv) {
                 break;
             }
             auto run_once = [&]() {
+                if (o.touch) touch(op, sb, rb, count, sendcount);
                 if (o.barrier) ccl::barrier(comm).wait();
                 double t0 = now();
                 switch (op) {

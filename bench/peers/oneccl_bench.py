@@ -178,7 +178,7 @@ def binary_args(args):
            "-f", repr(args.stepfactor), "--iters", str(args.iters), "--warmup", str(args.warmup),
            "--min-iters", str(args.min_iters), "--budget", repr(args.budget),
            "--ops", ",".join(args.ops)]
-    return out + (["--no-barrier"] if args.no_barrier else [])
+    return out + (["--no-barrier"] if args.no_barrier else []) + (["--touch"] if args.touch else [])
 
 
 def launch(args, exe, root):

@@ -51,6 +51,8 @@ def parser(doc, impl, ops_default):
                    help="seconds per size; cut warmup/iters to fit (>= --min-iters); 0 = off")
     p.add_argument("--ops", default=ops_default)
     p.add_argument("--no-barrier", action="store_true")
+    p.add_argument("--touch", action="store_true",
+                   help="before each timed iteration, rewrite the input in place and read the output")
     p.add_argument("--timeout", type=float, default=1800.0, help="launcher: seconds before all ranks are killed")
     return p
 
@@ -152,6 +154,17 @@ def timed(args, once, max_all):
         iters = min(iters, int(args.budget / max(t_est, 1e-9)))
         iters = max(iters, args.min_iters)
     return [once(last=(i == iters - 1)) for i in range(iters)], warmup, iters
+
+
+def touch(send, recv):
+    """--touch, untimed, before each timed iteration (torch tensors): one store
+    into every 64-byte line of the input (the value it holds) and one load from
+    every line of the output, as a training step writes what it sends and reads
+    what it received; the data then sits where a step leaves it, not where the
+    last call did."""
+    import torch
+    send.view(torch.uint8)[::64].add_(0)
+    recv.view(torch.uint8)[::64].sum()
 
 
 BUS_FACTOR = {"allreduce": lambda n: 2.0 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,

@@ -172,7 +172,12 @@ def worker(args):
                 def check(buf=buf, count=count):
                     return int((buf != pat_full[:count]).sum().item())
 
-            def once(last=False):
+            touched = {"allreduce": lambda: (buf, buf), "allgather": lambda: (inp, out),
+                       "reduce_scatter": lambda: (inp, out)}.get(op, lambda: (buf, buf))()
+
+            def once(last=False, touched=touched):
+                if args.touch:
+                    PC.touch(*touched)
                 prep(last)
                 if barrier:
                     dist.barrier()

@@ -125,6 +125,10 @@ int main(int argc, char** argv) {
                "precede each timed iteration with an untimed barrier, as bench/peers' Gloo and MPI "
                "runs do (otherwise iterations run back to back, and a rank late from the last one "
                "shows in the next one's time)");
+  app.add_flag("--touch", cfg.touch,
+               "before each timed iteration (untimed) every rank rewrites its input in place and reads "
+               "its output, as a training step writes what it sends and reads what it received: the "
+               "data then sits in the caches where a step leaves it, not where the last call did");
   app.add_option("--algo", cfg.algo, "force an algorithm by name (see docs/algorithms.md)");
   app.add_option("--format", format, "text or json")->check(CLI::IsMember({"text", "json"}));
   app.add_option("--rank", rank)->group("");  // internal: set by --np spawning

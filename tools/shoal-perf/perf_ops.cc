@@ -76,6 +76,20 @@ Geometry geometry(const std::string& op, size_t bytes, size_t es, int n) {
   return g;
 }
 
+volatile uint8_t touch_sink;  // what --touch loaded, so that the loads stay
+
+// --touch: one store into every cache line of the input (the value it holds)
+// and one load from every line of the output.
+void touch(std::vector<uint8_t>& send, const std::vector<uint8_t>& recv) {
+  for (size_t i = 0; i < send.size(); i += 64) {
+    volatile uint8_t* p = send.data() + i;
+    *p = *p;
+  }
+  uint8_t sum = 0;
+  for (size_t i = 0; i < recv.size(); i += 64) sum ^= static_cast<const volatile uint8_t*>(recv.data())[i];
+  touch_sink = sum;
+}
+
 }  // namespace
 
 std::vector<std::string> op_names() { return kOps; }
@@ -171,6 +185,7 @@ int run(Communicator& comm, const Config& c) {
     std::vector<double> times;
     times.reserve(static_cast<size_t>(c.iters));
     for (int i = 0; i < c.iters; ++i) {
+      if (c.touch) touch(sendbuf, recvbuf);
       if (c.barrier) comm.barrier(untimed)->wait();
       auto t0 = std::chrono::steady_clock::now();
       issue();

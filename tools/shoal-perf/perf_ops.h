@@ -19,6 +19,7 @@ struct Config {
   bool check = false, inplace = false, json = false;
   bool queued = false;  // hand every operation to the executor (no blocking fast path)
   bool barrier = false;  // an untimed barrier before each timed iteration (the peers' rule)
+  bool touch = false;    // untimed, before each timed iteration: rewrite the input, read the output
   std::string algo;
 };
 
