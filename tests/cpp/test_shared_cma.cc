@@ -1,15 +1,15 @@
 // test_shared_cma.cc — the single-copy algorithms on the shared arena
-// (allgather_shared_cma.cc, broadcast_shared_cma.cc; HostArena::read; the
-// allreduce whose pieces the ranks claim, allreduce_shared_claim.cc:
-// HostArena::claim and write), and
-// allgather's choice between one copy and two (allgather_shared_timed.cc,
-// copy_choice.h): who gets them, the ranks agreeing that the kernel allows
-// them and on the way of each timed allgather, their results
-// when their rounds interleave with the slot algorithms' on crowded CPUs,
-// what a forced one says where they are off, a rank that runs another
-// algorithm for the same operation, a rank killed while the others read
-// its memory, a live peer's buffer gone (the cause reported is the
-// operation's), and which allreduces claim pieces on a crowded host.
+// (allgather_shared_cma.cc, broadcast_shared_cma.cc; HostArena::read and
+// write; the allreduce whose pieces the ranks claim,
+// allreduce_shared_claim.cc: HostArena::claim), and allgather's choice
+// between one copy and two (allgather_shared_timed.cc, copy_choice.h): who
+// gets them, the ranks agreeing that the kernel allows them and on the way
+// of each timed allgather, their results when their rounds interleave with
+// the slot algorithms' on crowded CPUs, what a forced one says where they
+// are off, a rank that runs another algorithm for the same operation, a
+// rank killed while the others write into its memory, a live peer's buffer
+// gone (the cause reported is the operation's), and which allreduces claim
+// pieces on a crowded host.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -358,16 +358,16 @@ TEST(SharedCma, InterleavedWithSlotRoundsOnOneCpu) {
   EXPECT_EQ(test::failures(res), "");
 }
 
-// A rank copies its own block in pieces while the next peer it reads has
-// not arrived, and the rest after its reads: with one rank late in each
-// round (a delay before the call, so that the others wait for it; the
-// result must be exact whatever the timing), a block that is not a whole
-// number of pieces, three ranks so that a rank waits for a second peer
-// after the first, and in place.
+// A rank copies its own block in pieces while a peer it writes to has not
+// arrived, and the rest piece by piece with its writes: with one rank late
+// in each round (a delay before the call, so that the others wait for it;
+// the result must be exact whatever the timing), a block that is not a
+// whole number of either piece, three ranks so that a rank waits for a
+// second peer after the first, and in place.
 TEST(SharedCma, OwnBlockCopiedWhileWaitingForALatePeer) {
   const int n = 3;
   auto res = run_ranks(n, [&](std::shared_ptr<Communicator>& c, int me, int, const auto&) {
-    const size_t count = 100000 + 7;  // 400028 bytes: 6 pieces of 64 KiB and a part
+    const size_t count = 262144 + 7;  // 1048604 bytes: 2 pieces of 512 KiB (16 of 64 KiB) and a part
     for (int k = 0; k < 6 && test::check_failures() == 0; ++k) {
       if (me == (k + 1) % n) std::this_thread::sleep_for(std::chrono::milliseconds(30));
       allgather(*c, me, n, count, k, "shared_cma");
@@ -405,7 +405,7 @@ TEST(SharedCma, RanksOnDifferentAlgorithmsMeetAsAMismatch) {
 }
 
 // A rank SIGKILLed while the others loop on single-copy allgathers that
-// read its memory: every survivor names it within 2 s.
+// write into its memory: every survivor names it within 2 s.
 TEST(SharedCma, KilledRankIsNamedByEverySurvivor) {
   const int n = 3;
   test::expect_killed_rank_named(n, 1, [](Communicator& c) {
@@ -494,7 +494,9 @@ TEST(SharedCma, ClaimsGiveEveryPieceOnceAndNotInShares) {
 
 // HostArena::write into a peer's published output, and a peer that leaves
 // the round (leave_writes(), as a rank that fails does): the write before
-// lands, the one after does not and says so.
+// lands, the one after does not and says so; a peer that published no
+// output in a round: an error, and nothing lands where its line still
+// points from an earlier round.
 TEST(SharedCma, NoWriteLandsAfterTheOwnerLeft) {
   std::string why;
   auto both = test::arenas(2, 79, &why);
@@ -521,6 +523,21 @@ TEST(SharedCma, NoWriteLandsAfterTheOwnerLeft) {
   EXPECT_FALSE(a1->write(0, 16 * sizeof(float), piece.data(), piece.size() * sizeof(float)));
   EXPECT_EQ(out0[16], -1.0f);
   EXPECT_EQ(out0[23], -1.0f);
+  // Round 3 uses round 1's lines again, and rank 0 publishes nothing in it
+  // (as a rank running another way of the operation): its line still names
+  // out0, live memory, but no write may land there.
+  for (uint64_t seq : {2, 3}) {
+    a0->begin(seq, transport::Fingerprint{});
+    a1->begin(seq, transport::Fingerprint{});
+    a0->arrive(1);
+    a1->arrive(1);
+    a1->wait_all(1, deadline);
+  }
+  auto err = test::capture([&] { a1->write(0, 24 * sizeof(float), piece.data(), piece.size() * sizeof(float)); });
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(code(err), ErrorCode::kInternal) << message(err);
+  EXPECT_NE(message(err).find("rank 0 published no output to write to for seq 3"), std::string::npos) << message(err);
+  EXPECT_EQ(out0[24], -1.0f);
 }
 
 // A copy that fails because a live peer's buffer is gone (it left the

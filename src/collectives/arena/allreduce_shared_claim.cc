@@ -20,7 +20,6 @@
 // kernel): 2 arrivals + 2 (p-1) s per piece + (p-1)/p 2 n c + (p-1)/p n
 // gamma per rank when the cores are shared evenly.
 #include <algorithm>
-#include <chrono>
 
 #include "collectives/algorithms.h"
 #include "collectives/arena/shared_rounds.h"
@@ -37,11 +36,6 @@ size_t claim_piece(size_t count, size_t es, int n) {
   const size_t clamped = std::clamp(bytes, kClaimPieceBytes.first, kClaimPieceBytes.second);
   return std::max<size_t>(clamped / es, 1);
 }
-
-// How long a rank that fails waits for the writes into its output that are
-// under way (a piece's write takes microseconds; this only bounds a writer
-// that is stopped in the middle of one).
-constexpr auto kLeaveWritesBound = std::chrono::seconds(1);
 
 }  // namespace
 

@@ -444,7 +444,14 @@ std::string HostArena::probe_reads() const {
 struct HostArena::WriteGuard {
   std::atomic<uint32_t> writers{0};
   std::atomic<uint32_t> left{0};
+  uint64_t round = 0;  // kOutputMark ^ the round's seq: an output was published for this round
 };
+
+namespace {
+// What makes a guard's `round` unlike anything else a line may hold (a
+// slot round's inline data, a guard of an earlier round).
+constexpr uint64_t kOutputMark = 0x6f75747075742121;  // "output!!"
+}  // namespace
 
 HostArena::WriteGuard& HostArena::guard(int r) const {
   static_assert(sizeof(WriteGuard) <= kNearBytes);
@@ -455,7 +462,7 @@ void HostArena::publish(const void* buf, void* out) {
   const uint64_t addr[2] = {reinterpret_cast<uintptr_t>(buf), reinterpret_cast<uintptr_t>(out)};
   static_assert(sizeof(addr) <= kInlineBytes);
   std::memcpy(line(rank_).data, addr, sizeof(addr));
-  if (out) new (line(rank_).near) WriteGuard();  // read by peers only after arrive(1)
+  if (out) new (line(rank_).near) WriteGuard{.round = kOutputMark ^ seq_};  // read by peers only after arrive(1)
 }
 
 void HostArena::leave_writes(Clock::duration bound) {
@@ -469,6 +476,13 @@ void HostArena::read(int peer, void* dst, size_t n, size_t off) { remote_copy(pe
 
 bool HostArena::write(int peer, size_t off, const void* src, size_t n) {
   WriteGuard& g = guard(peer);
+  // A peer that published no output this round (it runs another way of
+  // the operation) has something else where the address would be: writing
+  // there would land in whatever memory that names.
+  if (g.round != (kOutputMark ^ seq_)) {
+    throw InternalError("rank " + std::to_string(peer) + " published no output to write to for seq " +
+                        std::to_string(seq_) + " (the ranks run different algorithms)");
+  }
   g.writers.fetch_add(1, std::memory_order_seq_cst);
   const bool open = g.left.load(std::memory_order_seq_cst) == 0;
   try {

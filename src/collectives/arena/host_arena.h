@@ -40,8 +40,11 @@
 // rank's memory (process_vm_readv; probe_reads() tries, and the
 // communicator agrees on one answer for all ranks), a rank may publish the
 // address of its own buffer in its line for the round (publish()) and the
-// others copy straight out of it (read()): one copy instead of two through a
-// slot, for the *_shared_cma algorithms. Each rank's pid and the address of
+// others copy straight out of it (read()), or the address of its output,
+// marked as this round's, and the others copy into it (write(), which the
+// kernel allows where it allows the reads): one copy instead of two
+// through a slot, for the *_shared_cma algorithms and the claimed
+// allreduce. Each rank's pid and the address of
 // its own mapping of the segment (what probe_reads() reads back) are in a
 // table after the header.
 //

@@ -11,6 +11,7 @@
 // (docs/algorithms.md gives the costs and where each is chosen).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -30,6 +31,11 @@ inline constexpr size_t kSharedOnePhaseBytes = 32 << 10;
 // piece's reads stay in the cache for the reduction.
 inline constexpr size_t kClaimPieces = 4;
 inline constexpr std::pair<size_t, size_t> kClaimPieceBytes{64 << 10, 256 << 10};
+
+// How long a rank that fails waits for the writes of its peers into its
+// output that are under way (HostArena::leave_writes; a piece's write takes
+// microseconds: this only bounds a writer stopped in the middle of one).
+inline constexpr auto kLeaveWritesBound = std::chrono::seconds(1);
 
 // Whether an operation writes its output with non-temporal stores
 // (copy_stream in common/copy.h): when the outputs of the host's `ranks`
