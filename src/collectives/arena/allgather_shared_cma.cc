@@ -7,14 +7,15 @@
 // until every peer has written its block (phase 2) before it returns. A
 // rank that fails before then closes its output to writes and waits for
 // those under way (HostArena::leave_writes) before the error reaches its
-// caller. Needs the arena's single-copy reads, which the kernel allows
-// where it allows the writes (Ctx::arena()->reads()).
+// caller. Needs the arena's single-copy reads (Ctx::arena()->reads()): the
+// kernel allows the writes wherever it allows the reads.
 //
 // Why writes, not reads: a rank that read each peer's block out of the
 // peer's memory would read every input p times on the host, once by its
 // owner for its own copy and once by each peer; written on from the cache,
-// each input is read once (2 ranks, 1-32 MiB of output on the 2-vCPU Xeon
-// VM: 1.05-1.3x the speed of the reads; docs/algorithms.md, "Single copy").
+// each input is read once (2 ranks on the 2-vCPU Xeon VM, 1-16 MiB of
+// output: 1.09-1.41x the speed of the reads; docs/algorithms.md, "Single
+// copy").
 //
 // Cost (p ranks, N output bytes, c = copy per byte, s = a system call, P
 // = kPushPiece): 2 arrivals + (p-1) N/(pP) s + (p-1)/p N c of writes +
