@@ -7,9 +7,10 @@
 // of each timed allgather, their results when their rounds interleave with
 // the slot algorithms' on crowded CPUs, what a forced one says where they
 // are off, a rank that runs another algorithm for the same operation, a
-// rank killed while the others write into its memory, a live peer's buffer
-// gone (the cause reported is the operation's), and which allreduces claim
-// pieces on a crowded host.
+// rank killed while the others write into its memory, a failed rank's
+// output closed to its peers' writes, a live peer's buffer gone (the cause
+// reported is the operation's), and which allreduces claim pieces on a
+// crowded host.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -402,6 +403,48 @@ TEST(SharedCma, RanksOnDifferentAlgorithmsMeetAsAMismatch) {
     SHOAL_CHECK_MSG(message(err).find("algorithm shared_cma)") != std::string::npos, message(err));
   });
   EXPECT_EQ(test::failures(res), "");
+}
+
+// A rank whose operation fails (here it times out, its peer not there
+// yet) takes no write into its output once the error has reached it, in
+// the single-copy allgather and in the claimed allreduce: the peer, let in
+// only after that, finds the output closed (HostArena::leave_writes) and
+// fails too, and the failed rank's buffer, refilled after its error, keeps
+// what it was refilled with.
+TEST(SharedCma, NoWriteLandsInAFailedRanksOutput) {
+  for (const std::string name : {"shared_cma", "shared_claim"}) {
+    auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+      const size_t count = 65536;  // 256 KiB per rank: one piece to write, or a few claimed
+      std::vector<float> in(count, static_cast<float>(me + 1)), out(2 * count, -1);
+      OpOptions o = algo(name);
+      auto call = [&] {
+        if (name == "shared_cma") {
+          c->allgather(in.data(), out.data(), count, f32, o)->wait();
+        } else {
+          c->allreduce(in.data(), out.data(), count, f32, ReduceOp::kSum, o)->wait();
+        }
+      };
+      call();  // the arena up, single copy agreed
+      if (me == 0) {
+        o.timeout = std::chrono::milliseconds(300);
+        auto err = capture(call);
+        SHOAL_CHECK_MSG(err != nullptr, name << ", rank 0: the operation without its peer did not fail");
+        std::fill(out.begin(), out.end(), -7.0f);
+        store->set("failed", {1});
+        store->wait({"peer done"}, std::chrono::seconds(60));
+        size_t landed = 0;
+        for (float x : out) landed += x != -7.0f;
+        SHOAL_CHECK_MSG(landed == 0, name << ": " << landed << " elements written into rank 0's output after its error");
+      } else {
+        store->wait({"failed"}, std::chrono::seconds(60));
+        o.timeout = std::chrono::seconds(5);
+        auto err = capture(call);
+        SHOAL_CHECK_MSG(err != nullptr, name << ", rank 1: the operation with a failed peer did not fail");
+        store->set("peer done", {1});
+      }
+    });
+    EXPECT_EQ(test::failures(res), "") << name;
+  }
 }
 
 // A rank SIGKILLed while the others loop on single-copy allgathers that
