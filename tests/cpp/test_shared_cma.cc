@@ -9,8 +9,8 @@
 // are off, a rank that runs another algorithm for the same operation, a
 // rank killed while the others write into its memory, a failed rank's
 // output closed to its peers' writes, a live peer's buffer gone (the cause
-// reported is the operation's), and which allreduces claim pieces on a
-// crowded host.
+// reported is the operation's), the set-up's probe naming a member whose
+// process has exited, and which allreduces claim pieces on a crowded host.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "collectives/arena/copy_choice.h"
@@ -581,6 +582,34 @@ TEST(SharedCma, NoWriteLandsAfterTheOwnerLeft) {
   EXPECT_EQ(code(err), ErrorCode::kInternal) << message(err);
   EXPECT_NE(message(err).find("rank 0 published no output to write to for seq 3"), std::string::npos) << message(err);
   EXPECT_EQ(out0[24], -1.0f);
+}
+
+// The probe of single-copy reads at set-up, against a member whose process
+// has exited since it joined (it attached and left): the probe names it as
+// gone (no memory to read, ESRCH), which the set-up reports as a lost
+// rank, not as reads the kernel refuses. A live member is not gone.
+TEST(SharedCma, ProbeNamesAMemberWhoseProcessIsGone) {
+  std::string why;
+  auto a0 = coll::arena::HostArena::create(0, 2, 80, 4096, &why);
+  ASSERT_TRUE(a0) << why;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string w;
+    auto a1 = coll::arena::HostArena::attach(1, 2, 80, a0->where(), &w);
+    _exit(a1 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not attach";
+  int gone = 7;
+  const std::string failed = a0->probe_reads(&gone);
+  EXPECT_EQ(gone, 1) << failed;
+  EXPECT_NE(failed.find("process_vm_readv of rank 1"), std::string::npos) << failed;
+  auto live = test::arenas(2, 81, &why);
+  ASSERT_EQ(live.size(), 2u) << why;
+  EXPECT_EQ(live[0]->probe_reads(&gone), "");
+  EXPECT_EQ(gone, -1);
 }
 
 // A copy that fails because a live peer's buffer is gone (it left the

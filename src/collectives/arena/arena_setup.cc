@@ -37,24 +37,39 @@ void await_key(const SetupParams& p, const std::string& key, int who, Clock::tim
 }
 
 // Every rank tries to read every other's memory (HostArena::probe_reads)
-// and publishes what it found; the arena reads only if all of them can.
-// Says "on", or "off (why)".
+// and publishes what it found ("1", or "0 <gone> <why>", <gone> the rank
+// whose process had no memory left to read, else -1); the arena reads only
+// if all of them can. Says "on", or "off (why)".
 std::string agree_on_reads(const SetupParams& p, HostArena& arena, Clock::time_point deadline) {
   if (!p.reads) return "off (SHOAL_SHM=copy)";
   auto key = [](int r) { return "arena/reads/" + std::to_string(r); };
-  const std::string failed = arena.probe_reads();
-  const std::string mine = failed.empty() ? "1" : "0 " + failed;
+  int gone = -1;
+  const std::string failed = arena.probe_reads(&gone);
+  const std::string mine = failed.empty() ? "1" : "0 " + std::to_string(gone) + " " + failed;
   p.store.set_str(key(p.rank), mine);
   std::string why;
   for (int r = 0; r < p.size && why.empty(); ++r) {
     if (r != p.rank) await_key(p, key(r), r, deadline);
     const std::string v = r == p.rank ? mine : p.store.get_str(key(r));
-    if (v != "1") why = "rank " + std::to_string(r) + ": " + v.substr(std::min<size_t>(2, v.size()));
+    if (v == "1") continue;
+    std::istringstream in(v);
+    std::string zero;
+    int lost = -1;
+    in >> zero >> lost >> std::ws;
+    std::getline(in, why);
+    // A rank's process that exited after it published its address (killed
+    // during the set-up) has no memory to read: that is a lost rank, to be
+    // named as one, not a kernel that refuses the reads. Its exit may not
+    // show in /proc yet (peer_gone below): the failed read is the proof.
+    if (lost >= 0 && lost < p.size && lost != p.rank) {
+      std::rethrow_exception(p.live.lost(lost, "rank " + std::to_string(lost),
+                                         "its process is gone (" + why + ", found by rank " + std::to_string(r) + ")"));
+    }
+    why = "rank " + std::to_string(r) + ": " + why;
   }
   if (!why.empty()) {
     // A read fails too when the peer's process has exited since it
-    // published its answer: that is a lost rank, to be named as one, not a
-    // kernel that refuses the reads.
+    // published its answer: that is a lost rank, to be named as one.
     for (int r = 0; r < p.size; ++r) {
       if (r == p.rank) continue;
       if (auto e = p.live.peer_gone(r)) std::rethrow_exception(e);

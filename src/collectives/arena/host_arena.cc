@@ -421,13 +421,17 @@ ssize_t read_remote(int64_t pid, uint64_t addr, void* dst, size_t n) {
 
 }  // namespace
 
-std::string HostArena::probe_reads() const {
+std::string HostArena::probe_reads(int* gone) const {
+  if (gone) *gone = -1;
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     const Member& m = member(q);
     ArenaHeader theirs{};
     const ssize_t n = read_remote(m.pid, m.map, &theirs, sizeof(theirs));
-    if (n < 0) return "process_vm_readv of rank " + std::to_string(q) + ": " + errno_text();
+    if (n < 0) {
+      if (errno == ESRCH && gone) *gone = q;
+      return "process_vm_readv of rank " + std::to_string(q) + ": " + errno_text();
+    }
     if (n != static_cast<ssize_t>(sizeof(theirs)) || std::memcmp(&theirs, map_, sizeof(theirs)) != 0) {
       return "process_vm_readv of rank " + std::to_string(q) + " read something other than the arena";
     }

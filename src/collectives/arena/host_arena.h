@@ -114,8 +114,10 @@ class HostArena {
 
   // Single-copy reads (see the top of this file). Tries to read the
   // segment's header through every peer's own mapping: "" when that worked
-  // for all of them, else why not (naming the first peer that failed).
-  std::string probe_reads() const;
+  // for all of them, else why not (naming the first peer that failed). When
+  // that peer's process has no memory left (it has exited, or is exiting:
+  // ESRCH), its rank goes to *gone, else -1.
+  std::string probe_reads(int* gone = nullptr) const;
   // Whether every rank's probe_reads() worked (set by the communicator).
   void set_reads(bool on) { reads_ = on; }
   bool reads() const { return reads_; }
