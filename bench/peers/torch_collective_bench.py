@@ -172,8 +172,7 @@ def worker(args):
                 def check(buf=buf, count=count):
                     return int((buf != pat_full[:count]).sum().item())
 
-            touched = {"allreduce": lambda: (buf, buf), "allgather": lambda: (inp, out),
-                       "reduce_scatter": lambda: (inp, out)}.get(op, lambda: (buf, buf))()
+            touched = (inp, out) if op in ("allgather", "reduce_scatter") else (buf, buf)
 
             def once(last=False, touched=touched):
                 if args.touch:

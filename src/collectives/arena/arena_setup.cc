@@ -55,8 +55,8 @@ std::string agree_on_reads(const SetupParams& p, HostArena& arena, Clock::time_p
     std::istringstream in(v);
     std::string zero;
     int lost = -1;
-    in >> zero >> lost >> std::ws;
-    std::getline(in, why);
+    if (!(in >> zero >> lost)) lost = -1;  // (a failed >> stores 0)
+    std::getline(in >> std::ws, why);
     // A rank's process that exited after it published its address (killed
     // during the set-up) has no memory to read: that is a lost rank, to be
     // named as one, not a kernel that refuses the reads. Its exit may not
