@@ -151,7 +151,11 @@ class ShoalWork : public c10d::Work {
   static void start(const c10::intrusive_ptr<ShoalWork>& self, std::shared_ptr<Completer::Queue> completer);
   static void add(const c10::intrusive_ptr<ShoalWork>& self, WorkPtr w, std::function<void()> after = {});
   // No more add()s; `err`: the issue itself failed (the work fails with it).
-  static void seal(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err = nullptr);
+  // `issuing_thread`: called on the thread that issued the call (the
+  // caller's or the Issuer's, never the core's executor), which may then
+  // finish the work itself when nothing is attached to its future.
+  static void seal(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err = nullptr,
+                   bool issuing_thread = false);
   bool failed();
 
   // c10d::Work. wait() first waits on shoal's handles, which lets the
@@ -166,7 +170,10 @@ class ShoalWork : public c10d::Work {
   uint64_t getSequencenumber() const override { return seq_; }
 
  private:
-  void part_done(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err);
+  // Where the last part may finish the work: posted to the completion
+  // thread, or on this thread (see seal(); kOnCompleter: this is it).
+  enum class Finish { kPost, kOnIssuingThread, kOnCompleter };
+  void part_done(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err, Finish where = Finish::kPost);
   void complete();  // on the completion thread (or inline when nothing else is needed)
   void finish_up();
 

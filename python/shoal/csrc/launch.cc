@@ -116,10 +116,10 @@ c10::intrusive_ptr<c10d::Work> Call::launch(std::vector<at::Tensor> outputs, Iss
       // issue order, so that ranks agree.
       if (counted) work->set_seq(++be->seq_);
       for (auto& w : works) ShoalWork::add(work, std::move(w));
-      ShoalWork::seal(work);
+      ShoalWork::seal(work, nullptr, /*issuing_thread=*/true);
       return nullptr;
     } catch (...) {
-      ShoalWork::seal(work, std::current_exception());
+      ShoalWork::seal(work, std::current_exception(), /*issuing_thread=*/true);
       return std::current_exception();
     }
   };
@@ -190,9 +190,9 @@ c10::intrusive_ptr<c10d::Work> Call::launch_pipelined_allreduce(const at::Tensor
         WorkPtr w = comm->allreduce(h.data_ptr(), h.data_ptr(), e.count(h), e.dt, op, oo);
         ShoalWork::add(work, std::move(w), [h, dst = piece(k)]() mutable { dst.copy_(h, /*non_blocking=*/true); });
       }
-      ShoalWork::seal(work);
+      ShoalWork::seal(work, nullptr, /*issuing_thread=*/true);
     } catch (...) {
-      ShoalWork::seal(work, std::current_exception());
+      ShoalWork::seal(work, std::current_exception(), /*issuing_thread=*/true);
     }
   };
   be_.issuer_->submit(std::move(job), /*may_run_inline=*/false);

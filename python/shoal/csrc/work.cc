@@ -196,13 +196,13 @@ void ShoalWork::add(const c10::intrusive_ptr<ShoalWork>& self, WorkPtr w, std::f
         e = std::current_exception();
       }
       then = nullptr;
-      self->part_done(self, e);
+      self->part_done(self, e, Finish::kOnCompleter);
     });
   });
 }
 
-void ShoalWork::seal(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err) {
-  self->part_done(self, err);
+void ShoalWork::seal(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err, bool issuing_thread) {
+  self->part_done(self, err, issuing_thread ? Finish::kOnIssuingThread : Finish::kPost);
 }
 
 bool ShoalWork::failed() {
@@ -210,17 +210,25 @@ bool ShoalWork::failed() {
   return first_error_ != nullptr;
 }
 
-void ShoalWork::part_done(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err) {
+void ShoalWork::part_done(const c10::intrusive_ptr<ShoalWork>& self, std::exception_ptr err, Finish where) {
   {
     std::lock_guard<std::mutex> g(state_mu_);
     if (err && !first_error_) first_error_ = err;
     if (--pending_ > 0) return;
-    if (finishers_.empty() && !future_shared_ && !device_) {
-      // Nothing to copy and no callbacks can be attached while we hold the
-      // lock (getFuture() takes it): cheap, finish on the executor thread.
+    if (!future_shared_ && ((finishers_.empty() && !device_) || where == Finish::kOnIssuingThread)) {
+      // No callbacks can be attached while we hold the lock (getFuture()
+      // takes it), so none runs here: finish on this thread. Cheap when
+      // there is nothing to copy (the core's executor may be this thread);
+      // on the thread that issued the call, a device work's copies back
+      // and its done event are queued here, which spares the caller a
+      // second thread's wake-up before it sees the work done.
       complete();
       return;
     }
+  }
+  if (where == Finish::kOnCompleter) {
+    complete();  // what the posted task would do, without the hop
+    return;
   }
   completer_->post([self] { self->complete(); });
 }
