@@ -156,14 +156,15 @@ TEST(SharedCma, CrowdedHostClaimsOnlyLargeAllreduces) {
 }
 
 // Rank 0's choice between one copy and two, fed with call times: single
-// copy first; at call kProbeEvery a probe of the slots until kLearn of
-// their calls were timed; then the faster of the two, probing the other
-// way for two calls twice as far on each time (kProbeEvery, 2x, 4x, ... up
-// to kProbeMax); back when the other turns faster, probing again
-// kProbeEvery on; each size class on its own.
+// copy first; once kLearn of its calls were timed (call kFirstProbe) a
+// probe of the slots until kLearn of theirs were; then the faster of the
+// two, probing the other way for two calls kProbeEvery on and twice as far
+// on each time (kProbeEvery, 2x, 4x, ... up to kProbeMax); back when the
+// other turns faster, probing again kProbeEvery on; each size class on its
+// own.
 TEST(SharedCma, CopyChoiceTakesTheFasterWayAndProbesTheOther) {
   using coll::arena::CopyChoice;
-  const uint64_t e = CopyChoice::kProbeEvery, m = CopyChoice::kProbeMax;
+  const uint64_t f = CopyChoice::kFirstProbe, e = CopyChoice::kProbeEvery, m = CopyChoice::kProbeMax;
   const size_t learn = CopyChoice::kLearn + 1;  // the first call of a way is not timed
   const size_t block = 64 << 10, other_block = 4 << 20;
   CopyChoice ch;
@@ -182,11 +183,11 @@ TEST(SharedCma, CopyChoiceTakesTheFasterWayAndProbesTheOther) {
     }
     return at;
   };
-  // Single copy faster: the slots at e .. e+learn-1, then at 3e, 7e, ...
-  // (gaps 2e, 4e, ... up to m), two calls each.
+  // Single copy faster: the slots at f .. f+learn-1, then at f+e, f+3e,
+  // f+7e, ... (gaps e, 2e, 4e, ... up to m), two calls each.
   std::vector<size_t> probes;
-  for (size_t i = 0; i < learn; ++i) probes.push_back(e + i);
-  for (uint64_t at = e, gap = 2 * e; at + gap < 5 * m; gap = gap * 2 < m ? gap * 2 : m) {
+  for (size_t i = 0; i < learn; ++i) probes.push_back(f + i);
+  for (uint64_t at = f, gap = e; at + gap < 5 * m; gap = gap * 2 < m ? gap * 2 : m) {
     at += gap;
     probes.push_back(at);
     probes.push_back(at + 1);
@@ -206,7 +207,7 @@ TEST(SharedCma, CopyChoiceTakesTheFasterWayAndProbesTheOther) {
   // faster to be taken: a little faster is not enough.
   for (const double slots_ns : {0.5, 0.95}) {
     CopyChoice fresh;
-    for (uint64_t k = 0; k < e + learn + 4; ++k) {
+    for (uint64_t k = 0; k < f + learn + 4; ++k) {
       const bool single = CopyChoice::single(fresh.proposals(), block);
       fresh.note(block, single, static_cast<double>(block) * (single ? 1.0 : slots_ns));
     }
@@ -220,14 +221,14 @@ TEST(SharedCma, CopyChoiceTakesTheFasterWayAndProbesTheOther) {
   CopyChoice lagged;
   uint32_t before = lagged.proposals();
   std::vector<int> followed;
-  for (uint64_t k = 0; k < e + 16; ++k) {
+  for (uint64_t k = 0; k < f + 16; ++k) {
     const uint32_t now = lagged.proposals();
-    const bool single = CopyChoice::single(k < e + 2 ? before : now, block);
+    const bool single = CopyChoice::single(k < f + 2 ? before : now, block);
     before = now;
     followed.push_back(single);
     lagged.note(block, single, static_cast<double>(block) * (single ? 2.0 : 1.0));
   }
-  for (uint64_t k = e + 8; k < e + 16; ++k) EXPECT_EQ(followed[k], 0) << "call " << k;
+  for (uint64_t k = f + 8; k < f + 16; ++k) EXPECT_EQ(followed[k], 0) << "call " << k;
 }
 
 // On a busy machine calls run slow by accident, often, and never fast: a

@@ -1,6 +1,6 @@
 // collectives/arena/copy_choice.h — whether an allgather on the arena copies
-// once (allgather_shared_cma: every rank reads its peers' inputs with
-// process_vm_readv) or twice (allgather_shared: through the slots), chosen
+// once (allgather_shared_cma: every rank writes its input into its peers'
+// outputs with process_vm_writev) or twice (allgather_shared: through the slots), chosen
 // by measurement per size class.
 //
 // Which is faster depends on where the ranks' cores are and on what the
@@ -10,15 +10,18 @@
 // 512 KiB, where the slots pipeline (docs/algorithms.md, "Single copy").
 // So rank 0 times its allgathers and proposes a way per size class
 // (slot_stores.h: a power of two of the block per rank). Single copy comes
-// first, the faster wherever the slots do not pipeline (on the Xeon VM at
-// every size). At a class's call kProbeEvery the slots are probed until
-// kLearn of their calls were timed; from then on the faster way runs, and a
-// probe of two calls goes the other way twice as far on each time the
-// choice held (kProbeEvery, then 2x, 4x, ... up to kProbeMax: a probe costs
-// what the slower way does, and two calls in every 32 cost a 2-rank
-// allgather 3-6% of its time), kProbeEvery on again once it changed. Taking
-// the way that is usually slower last, not first, keeps its price and the
-// change back off a class's first calls. Not timed: a class's first call
+// first (the faster on the Xeon VM at every size), and as soon as kLearn of
+// its calls were timed (call kFirstProbe) the slots are probed until kLearn
+// of theirs were; from then on the faster way runs, and a probe of two
+// calls goes the other way kProbeEvery calls on, then twice as far on each
+// time the choice held (up to kProbeMax: a probe costs what the slower way
+// does, and two calls in every 32 cost a 2-rank allgather 3-6% of its
+// time), kProbeEvery on again once it changed. Learning both ways in a
+// class's first eight calls costs four calls of the slower way where single
+// copy is faster; learning the slots only at call 32 cost thirty-two where
+// they are (the EPYC VM with the cores close: 2 ranks, 40 calls a size, 10
+// paired starts, 1.69x at 64 KiB and 1.18-1.47x at 8-32 MiB of output for
+// the early probe, level at 256 KiB-2 MiB). Not timed: a class's first call
 // (page faults) and the first call after a change of way (the other way's
 // lines are still where it left them).
 //
@@ -48,8 +51,9 @@ namespace shoal::coll::arena {
 
 class CopyChoice {
  public:
-  static constexpr uint64_t kProbeEvery = 32, kProbeMax = 512;
   static constexpr int kLearn = 3, kWindow = 4;
+  // The first call of the first probe: single copy's first call and kLearn timed ones before it.
+  static constexpr uint64_t kFirstProbe = kLearn + 1, kProbeEvery = 32, kProbeMax = 512;
   // The other way must be this much faster to be taken instead.
   static constexpr double kSwitch = 0.9;
 
@@ -68,7 +72,8 @@ class CopyChoice {
     uint64_t calls = 0;
     bool single = true;  // the faster so far (single copy until the slots are shown kSwitch faster)
     bool last = true;    // the way of the last call
-    uint64_t probe_at = kProbeEvery, probe_gap = kProbeEvery;  // the next probe's first call, and the gap to it
+    // The next probe's first call, and the gap to it (doubled when the first probe ends).
+    uint64_t probe_at = kFirstProbe, probe_gap = kProbeEvery / 2;
   };
   static double estimate(const Class& cl, int way);
   Class classes_[kSizeClasses];
