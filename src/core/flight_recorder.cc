@@ -1,6 +1,7 @@
 // core/flight_recorder.cc — the ring of recent operations and its JSON form.
 #include "core/flight_recorder.h"
 
+#include <bit>
 #include <mutex>
 #include <sstream>
 
@@ -20,11 +21,12 @@ const char* op_state_name(OpState s) {
   return "unknown";
 }
 
-FlightRecorder::FlightRecorder(size_t capacity) : capacity_(capacity), ring_(capacity) {}
+FlightRecorder::FlightRecorder(size_t capacity)
+    : capacity_(capacity), ring_(capacity ? std::bit_ceil(capacity) : 0), mask_(capacity ? ring_.size() - 1 : 0) {}
 
 TraceEntry* FlightRecorder::find(uint64_t id) {
   if (ring_.empty() || id == 0) return nullptr;
-  TraceEntry& e = ring_[id % ring_.size()];
+  TraceEntry& e = ring_[id & mask_];
   return e.id == id ? &e : nullptr;
 }
 
@@ -32,7 +34,7 @@ uint64_t FlightRecorder::enqueued(const TraceEntry& e) {
   SpinLockGuard g(mu_);
   if (ring_.empty()) return 0;
   uint64_t id = next_id_++;
-  TraceEntry& slot = ring_[id % ring_.size()];
+  TraceEntry& slot = ring_[id & mask_];
   // Field by field, so that the slot keeps the capacity of its strings.
   slot.id = id;
   slot.seq = e.seq;
@@ -84,10 +86,10 @@ std::vector<TraceEntry> FlightRecorder::snapshot() const {
   SpinLockGuard g(mu_);
   std::vector<TraceEntry> out;
   if (ring_.empty()) return out;
-  const uint64_t n = ring_.size();
+  const uint64_t n = capacity_;
   const uint64_t first = next_id_ > n ? next_id_ - n : 1;
   for (uint64_t id = first; id < next_id_; ++id) {
-    const TraceEntry& e = ring_[id % n];
+    const TraceEntry& e = ring_[id & mask_];
     if (e.id == id) out.push_back(e);
   }
   return out;

@@ -125,47 +125,52 @@ std::string message_of(const std::function<void()>& fn) {
 
 // ---- the pieces, alone --------------------------------------------------------
 
+// A capacity that is not a power of two too: the ring is larger, and the
+// snapshot still holds the last `n` only.
 TEST(Observability, RecorderKeepsTheLastN) {
-  core::FlightRecorder rec(4);
-  std::vector<uint64_t> ids;
-  for (int i = 1; i <= 10; ++i) {
-    core::TraceEntry e;
-    e.seq = static_cast<uint64_t>(i);
-    e.coll = 1;
-    e.count = static_cast<uint64_t>(i) * 10;
-    e.enqueued_us = i;
-    ids.push_back(rec.enqueued(e));
-    rec.started(ids.back(), 100 + i, "ring");
-  }
-  // Ending an entry that left the ring is ignored; the held ones end.
-  core::TraceEntry gone;
-  gone.id = ids[0];
-  gone.state = core::OpState::kDone;
-  rec.ended(gone);
-  core::TraceEntry last;
-  last.id = ids[9];
-  last.state = core::OpState::kFailed;
-  last.started_us = 110;
-  last.ended_us = 120;
-  last.error = "boom";
-  last.peers = {1, 3};
-  rec.ended(last);
+  for (const size_t n : {size_t{4}, size_t{3}}) {
+    SCOPED_TRACE("capacity " + std::to_string(n));
+    core::FlightRecorder rec(n);
+    std::vector<uint64_t> ids;
+    for (int i = 1; i <= 10; ++i) {
+      core::TraceEntry e;
+      e.seq = static_cast<uint64_t>(i);
+      e.coll = 1;
+      e.count = static_cast<uint64_t>(i) * 10;
+      e.enqueued_us = i;
+      ids.push_back(rec.enqueued(e));
+      rec.started(ids.back(), 100 + i, "ring");
+    }
+    // Ending an entry that left the ring is ignored; the held ones end.
+    core::TraceEntry gone;
+    gone.id = ids[0];
+    gone.state = core::OpState::kDone;
+    rec.ended(gone);
+    core::TraceEntry last;
+    last.id = ids[9];
+    last.state = core::OpState::kFailed;
+    last.started_us = 110;
+    last.ended_us = 120;
+    last.error = "boom";
+    last.peers = {1, 3};
+    rec.ended(last);
 
-  auto snap = rec.snapshot();
-  ASSERT_EQ(snap.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(snap[i].seq, 7 + i) << "oldest first, the last four";
-    EXPECT_EQ(snap[i].count, (7 + i) * 10);
+    auto snap = rec.snapshot();
+    ASSERT_EQ(snap.size(), n);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(snap[i].seq, 11 - n + i) << "oldest first, the last n";
+      EXPECT_EQ(snap[i].count, (11 - n + i) * 10);
+    }
+    EXPECT_EQ(snap[0].state, core::OpState::kRunning);
+    EXPECT_EQ(snap[n - 1].state, core::OpState::kFailed);
+    EXPECT_EQ(snap[n - 1].error, "boom");
+    EXPECT_EQ(snap[n - 1].peers, (std::vector<int>{1, 3}));
+    auto j = json::parse(core::trace_entry_json(snap[n - 1]));
+    EXPECT_EQ(j["seq"], 10);
+    EXPECT_EQ(j["op"], "allreduce");
+    EXPECT_EQ(j["state"], "failed");
+    EXPECT_EQ(j["error"], "boom");
   }
-  EXPECT_EQ(snap[0].state, core::OpState::kRunning);
-  EXPECT_EQ(snap[3].state, core::OpState::kFailed);
-  EXPECT_EQ(snap[3].error, "boom");
-  EXPECT_EQ(snap[3].peers, (std::vector<int>{1, 3}));
-  auto j = json::parse(core::trace_entry_json(snap[3]));
-  EXPECT_EQ(j["seq"], 10);
-  EXPECT_EQ(j["op"], "allreduce");
-  EXPECT_EQ(j["state"], "failed");
-  EXPECT_EQ(j["error"], "boom");
 
   core::FlightRecorder off(0);
   EXPECT_EQ(off.enqueued(core::TraceEntry{}), 0u);
