@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -50,6 +51,9 @@ def _worker(kind: str, duty: float, seed: int) -> None:
     rng = random.Random(seed)
     a = np.random.default_rng(seed).standard_normal((96, 96))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    a = np.tanh(a @ a)  # numpy's libraries loaded: from here on, only the pattern of bursts
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
     while True:
         burst = rng.uniform(1e-3, 10e-3) if kind == "burst" else 1.0
         end = time.perf_counter() + burst
@@ -59,8 +63,19 @@ def _worker(kind: str, duty: float, seed: int) -> None:
             time.sleep(burst * (1.0 - duty) / duty)
 
 
+# How long a worker may take to start (Python and numpy loaded) before
+# Load.start() gives up on it.
+READY_TIMEOUT_S = 60.0
+
+
 class Load:
-    """Starts the processes of a SPEC (context manager); stop() ends them."""
+    """Starts the processes of a SPEC (context manager); stop() ends them.
+
+    start() returns once every worker has said it is in its loop: starting
+    Python and numpy takes each one a whole core for a few tenths of a
+    second, more than the load itself, and a run begun before then measures
+    that instead (a 2-rank TCP allreduce of 8 B took milliseconds per call
+    when it ran within the workers' start)."""
 
     def __init__(self, spec: Optional[str]):
         self.spec = spec
@@ -74,8 +89,17 @@ class Load:
         kind, n, duty = parse(self.spec)
         for i in range(n):
             self.procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", kind,
-                                                str(duty), str(1000 + i)], stdin=subprocess.DEVNULL))
-        time.sleep(0.3)                       # let them reach their loops
+                                                str(duty), str(1000 + i)], stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for i, p in enumerate(self.procs):
+            left = max(0.0, deadline - time.monotonic())
+            ready = select.select([p.stdout], [], [], left)[0] and p.stdout.readline().strip() == "ready"
+            if not ready:
+                code = p.poll()
+                self.stop()
+                why = f"it exited with status {code}" if code is not None else f"no word in {READY_TIMEOUT_S:g} s"
+                raise RuntimeError(f"load {self.spec!r}: worker {i} did not start ({why})")
         return self
 
     def stop(self) -> None:
@@ -88,6 +112,8 @@ class Load:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+            if p.stdout:
+                p.stdout.close()
         self.procs = []
 
     def __enter__(self):

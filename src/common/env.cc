@@ -28,9 +28,9 @@ const Knob kKnobs[] = {
      " ranks than it has cores (`LOCAL_WORLD_SIZE`, else the world size; revised from the "
      "topology), every spin gives the core away between polls from the start, so the peer it "
      "waits for can run (bench/results/yield-spin). An explicit value is the spin of every wait "
-     "and does not yield from the start. A wait for messages (TCP, the shared-memory rings) yields"
-     " between polls that found nothing whatever the value: the peer may be queued on this core "
-     "(bench/peers/README.md)."},
+     "and does not yield from the start. A wait for messages (TCP, the shared-memory rings) holds "
+     "the core otherwise: a core given away goes to a busy neighbour for a whole time slice "
+     "(bench/peers/README.md, \"The spin under load\")."},
     {"SHOAL_SEGMENT_BYTES", "524288", nullptr,
      "Pipelining segment of large transfers (bench/results/segment-sweep)."},
     {"SHOAL_SOCKET_BUFFER", "4194304", nullptr,

@@ -16,15 +16,24 @@
 
 namespace shoal {
 
+// The pause between two polls of a busy wait: lets the core's other
+// hardware thread run and spares the memory system, without giving the
+// core to the scheduler.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 class CAPABILITY("spin lock") SpinLock {
  public:
   void lock() ACQUIRE() {
     for (unsigned i = 0; held_.exchange(true, std::memory_order_acquire); ++i) {
       while (held_.load(std::memory_order_relaxed)) {
         if (i < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#endif
+          cpu_relax();
         } else {
           sched_yield();
         }

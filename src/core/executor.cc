@@ -63,7 +63,7 @@ void CommunicatorImpl::abort(const std::string& reason) {
 
 void CommunicatorImpl::prepare(bool inline_caller) {
   inline_caller_ = inline_caller;
-  hybrid_->set_spin_us(inline_caller ? spin_us_ : 0);
+  hybrid_->set_spin(inline_caller ? spin_us_ : 0, spin_yield());
 }
 
 // How an operation of `bytes` (per rank, as select() weighs them) waits in

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/spin_lock.h"
 #include "shoal/error.h"
 
 namespace shoal::transport {
@@ -275,17 +276,21 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     }
     if (poll_children()) continue;
     if (now < spin_until) {
-      // A spinning wait whose poll found nothing gives the core away
-      // (sched_yield, ~0.5 us here) before polling again. The peer it waits for
-      // may be queued behind it on this very core (the scheduler puts a woken rank
-      // beside its waker, and other work fills the other core): holding the core
-      // for the whole spin, the peer's answer came only once the spin ran out
-      // (~220 us for 8 B over TCP beside bursty load, in 4 starts of 5), yielding
-      // it comes as soon as the peer runs (8-17 us; bench/peers/README.md, "The
-      // spin under load"). With nothing else runnable here the yield returns at
-      // once, and a poll that moved data does not yield, so a transfer in full
-      // flow is not slowed.
-      sched_yield();
+      // A spinning wait holds its core, as Open MPI's does: a poll that
+      // found nothing pauses (cpu_relax) and polls again, unless this host
+      // runs more ranks than cores (set_spin), where the peer may be queued
+      // on this very core. Giving the core away (sched_yield) hands it, on a
+      // kernel that schedules by deadlines (EEVDF, Linux 6.6 and later), to
+      // any other runnable task for a whole time slice: beside bursty load,
+      // 2 ranks' 8 B allreduce over TCP took 55 us to 7.9 ms per call
+      // (median start 5.8 ms) against 15-18 us holding the core, whose slow
+      // start (1 in 6) took 244 us, bounded by the spin
+      // (bench/peers/README.md, "The spin under load").
+      if (spin_yield_) {
+        sched_yield();
+      } else {
+        cpu_relax();
+      }
       continue;
     }
     now = Clock::now();

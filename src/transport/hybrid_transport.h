@@ -6,7 +6,7 @@
 // Which host a peer is on comes from the rendezvous (a host identity, not an
 // address string), through `is_local`, asked once per peer. The hybrid
 // drives both children from one loop: it polls them, spins for
-// set_spin_us(), then blocks on an epoll set holding both children's event
+// set_spin(), then blocks on an epoll set holding both children's event
 // fds. An any-source receive is posted to both; the first child to match it
 // wins and the other withdraws it.
 //
@@ -59,7 +59,10 @@ class HybridTransport final : public Transport {
   std::exception_ptr gone_silently(int peer);
   void poll_wait(Clock::time_point until) override;
   void wake() override;
-  void set_spin_us(int us) override { spin_us_ = us; }
+  void set_spin(int us, bool yield) override {
+    spin_us_ = us;
+    spin_yield_ = yield;
+  }
   void abort(std::exception_ptr cause) override;
   std::exception_ptr broken() const override;
   std::string describe_peer(int peer) const override;
@@ -97,6 +100,7 @@ class HybridTransport final : public Transport {
   std::atomic<bool> broken_flag_{false};
   unsigned polls_ = 0;
   int spin_us_ = 0;
+  bool spin_yield_ = false;
   net::Fd epoll_fd_;
   net::Fd wake_fd_;
 };

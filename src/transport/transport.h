@@ -159,11 +159,14 @@ class Transport : public Endpoint {
   // Wakes a thread blocked in poll_wait() or wait(); callable from any thread.
   virtual void wake() = 0;
 
-  // How long wait() busy-polls before sleeping, in microseconds. Set by the
-  // driving thread: a caller that waits for its own operation spins (it has
-  // nothing else to do), the background executor does not (it would steal
-  // the core from the computation it overlaps with).
-  virtual void set_spin_us(int us) = 0;
+  // How long wait() busy-polls before sleeping, in microseconds, and
+  // whether a poll that found nothing gives the core away (sched_yield)
+  // rather than pausing on it. Set by the driving thread: a caller that
+  // waits for its own operation spins (it has nothing else to do), the
+  // background executor does not (it would steal the core from the
+  // computation it overlaps with); a host with more ranks than cores yields,
+  // since the peer waited for may be queued on this very core.
+  virtual void set_spin(int us, bool yield) = 0;
 };
 
 }  // namespace shoal::transport

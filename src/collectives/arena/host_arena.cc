@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/spin_lock.h"
 #include "shoal/error.h"
 
 namespace shoal::coll::arena {
@@ -57,14 +58,6 @@ size_t page_up(size_t n) { return (n + kPage - 1) & ~(kPage - 1); }
 // Counters are 32-bit (a futex word) and compared modulo 2^32: ranks are
 // never more than one round apart.
 bool reached(uint32_t v, uint32_t target) { return static_cast<int32_t>(v - target) >= 0; }
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
   // Not FUTEX_PRIVATE_FLAG: the word is in memory shared between processes.

@@ -1,0 +1,34 @@
+"""bench/load.py, the interference `bench/compare --load` runs beside every
+implementation: start() returns once every worker is in its loop, and a
+worker that cannot start is an error, not a benchmark run without load."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import load  # noqa: E402
+
+
+def test_start_waits_for_every_worker_and_stop_ends_them():
+    ld = load.Load("burst:2").start()
+    procs = list(ld.procs)
+    try:
+        assert len(procs) == 2
+        assert all(p.poll() is None for p in procs), "a worker ended while the load runs"
+    finally:
+        ld.stop()
+    assert ld.procs == []
+    assert all(p.poll() is not None for p in procs), "a worker outlived stop()"
+
+
+def test_a_worker_that_cannot_start_is_an_error(tmp_path, monkeypatch):
+    fake = tmp_path / "numpy"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('no numpy here')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    ld = load.Load("busy:1")
+    with pytest.raises(RuntimeError, match=r"load 'busy:1': worker 0 did not start \(it exited with status 1\)"):
+        ld.start()
+    assert ld.procs == []
