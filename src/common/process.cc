@@ -69,6 +69,16 @@ std::string pid_of(const std::string& token) {
   return split(token, &s1, &s2, &s3) ? token.substr(s2 + 1, s3 - s2 - 1) : "";
 }
 
+int64_t local_pid(const std::string& token) {
+  size_t s1, s2, s3;
+  if (!split(token, &s1, &s2, &s3)) return 0;
+  if (token.substr(0, s1) != net::boot_id() || token.substr(s1 + 1, s2 - s1 - 1) != pid_namespace()) return 0;
+  int64_t pid = 0;
+  const std::string_view digits(token.data() + s2 + 1, s3 - s2 - 1);
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+  return ec == std::errc() && end == digits.data() + digits.size() && pid > 0 ? pid : 0;
+}
+
 Liveness probe(const std::string& token) {
   size_t s1, s2, s3;
   if (!split(token, &s1, &s2, &s3)) return Liveness::kUnknown;

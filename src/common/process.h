@@ -27,6 +27,10 @@ Liveness probe(const std::string& token);
 // The pid field of a token ("" if it has none), for messages.
 std::string pid_of(const std::string& token);
 
+// The pid of the process `token` names when it is of this machine and pid
+// namespace (a pid this process can look up in /proc), else 0.
+int64_t local_pid(const std::string& token);
+
 // Moves the calling thread off CPU `cpu` to another CPU of its affinity
 // mask, then gives it its mask back (it stays where it was moved until the
 // scheduler balances it). False, and nothing changed, when the mask has no

@@ -58,8 +58,7 @@ bool JobLiveness::is_local(int peer) {
 
 // A peer whose process on this machine has exited, though no socket of ours
 // to it said so (it died before connecting to this rank): lost.
-std::exception_ptr JobLiveness::peer_gone(int peer) {
-  if (!is_root()) return root().peer_gone(to_wire(peer));
+std::string JobLiveness::process_token(int peer) {
   std::string token;
   {
     MutexLock g(mu_);
@@ -70,12 +69,24 @@ std::exception_ptr JobLiveness::peer_gone(int peer) {
     try {
       token = address(peer).process;
     } catch (const Error&) {
-      return nullptr;  // the store is gone: check_abort's business
+      return "-";  // the store is gone (check_abort's business): asked again next time
     }
     if (token.empty()) token.assign(1, '-');  // not probeable; do not ask again ("= "-"" draws GCC 12's -Wrestrict)
     MutexLock g(mu_);
     processes_[static_cast<size_t>(peer)] = token;
   }
+  return token;
+}
+
+int64_t JobLiveness::local_pid(int peer) {
+  if (!is_root()) return root().local_pid(to_wire(peer));
+  const std::string token = process_token(peer);
+  return token == "-" ? 0 : proc::local_pid(token);
+}
+
+std::exception_ptr JobLiveness::peer_gone(int peer) {
+  if (!is_root()) return root().peer_gone(to_wire(peer));
+  const std::string token = process_token(peer);
   if (proc::probe(token == "-" ? "" : token) != proc::Liveness::kGone) return nullptr;
   return lost(peer, c_.hybrid_->describe_peer(peer),
               "its process (pid " + proc::pid_of(token) + " on this machine) has exited");

@@ -41,6 +41,7 @@ class JobLiveness final : public transport::Liveness {
   std::exception_ptr lost(int peer, const std::string& who, const std::string& detail) override;
   std::exception_ptr check_abort(transport::Clock::time_point deadline) override;
   std::exception_ptr peer_gone(int peer) override;
+  int64_t local_pid(int peer) override;
   std::exception_ptr order_check(int peer) override;
   std::exception_ptr broken() override;
   std::exception_ptr timed_out(const std::string& waiting) override;
@@ -55,6 +56,9 @@ class JobLiveness final : public transport::Liveness {
   bool is_root() const;
   JobLiveness& root() const;
   int to_wire(int peer) const;
+  // The root's: `peer`'s process token from the rendezvous ("-" when it
+  // has none or the store cannot tell), read once.
+  std::string process_token(int peer);
 
   CommunicatorImpl& c_;
   RollCall roll_call_;

@@ -21,6 +21,12 @@ namespace {
 constexpr unsigned kNetEvery = 128;
 // A spinning wait reads the clock (~30 ns on a VM) this often.
 constexpr unsigned kClockEvery = 8;
+// A wait that holds its core looks at whether its peer is queued behind it
+// (peer_queued_on) from kFirstLook into the spin, then every kLookEvery: a
+// look opens the peer's /proc entry for the wait (a few µs), which a peer
+// that is simply a little behind should not cost.
+constexpr auto kFirstLook = std::chrono::microseconds(50);
+constexpr auto kLookEvery = std::chrono::microseconds(25);
 }  // namespace
 
 HybridTransport::HybridTransport(std::unique_ptr<Channel> net, std::unique_ptr<Channel> local,
@@ -261,10 +267,26 @@ std::string HybridTransport::pending_summary(Request* const* reqs, size_t n) con
   return o.str();
 }
 
+bool peer_queued_on(int cpu, Request* const* reqs, size_t n, Liveness& live, std::vector<int64_t>& pids,
+                    proc::TaskWatch& watch) {
+  for (size_t i = 0; i < n; ++i) {
+    const int peer = reqs[i]->peer;
+    if (reqs[i]->complete || peer < 0) continue;
+    if (pids.size() <= static_cast<size_t>(peer)) pids.resize(static_cast<size_t>(peer) + 1, -1);
+    int64_t& pid = pids[static_cast<size_t>(peer)];
+    if (pid < 0) pid = live.local_pid(peer);
+    if (pid > 0 && watch.watch(pid, static_cast<int>(pid)) && watch.runnable_on(cpu) == 1) return true;
+  }
+  return false;
+}
+
 void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
   check_broken();
   auto now = Clock::now();
   const auto spin_until = now + std::chrono::microseconds(spin_us_);
+  auto look_at = now + kFirstLook;
+  bool yielding = spin_yield_;
+  proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
   auto next_abort_check = now + std::chrono::milliseconds(opts_.abort_poll_ms);
   for (unsigned iter = 1;; ++iter) {
     bool all = true;
@@ -277,16 +299,20 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     if (poll_children()) continue;
     if (now < spin_until) {
       // A spinning wait holds its core, as Open MPI's does: a poll that
-      // found nothing pauses (cpu_relax) and polls again, unless this host
-      // runs more ranks than cores (set_spin), where the peer may be queued
-      // on this very core. Giving the core away (sched_yield) hands it, on a
-      // kernel that schedules by deadlines (EEVDF, Linux 6.6 and later), to
-      // any other runnable task for a whole time slice: beside bursty load,
-      // 2 ranks' 8 B allreduce over TCP took 55 us to 7.9 ms per call
-      // (median start 5.8 ms) against 15-18 us holding the core, whose slow
-      // start (1 in 6) took 244 us, bounded by the spin
-      // (bench/peers/README.md, "The spin under load").
-      if (spin_yield_) {
+      // found nothing pauses (cpu_relax) and polls again. It gives the core
+      // away (sched_yield) while the peer's main thread is queued on it, or
+      // from the start when this host runs more ranks than cores
+      // (set_spin). Given away otherwise, the core goes, on a kernel that
+      // schedules by deadlines (EEVDF, Linux 6.6 and later), to any other
+      // runnable task for a whole time slice: beside bursty load, 2 ranks'
+      // 8 B allreduce over TCP took 55 us to 7.9 ms per call (median start
+      // 5.8 ms) yielding after every empty poll, against 15-18 us holding
+      // the core (bench/peers/README.md, "The spin under load").
+      if (!spin_yield_ && now >= look_at) {
+        yielding = peer_queued_on(sched_getcpu(), reqs, n, live_, pids_, watch);
+        look_at = now + kLookEvery;
+      }
+      if (yielding) {
         sched_yield();
       } else {
         cpu_relax();

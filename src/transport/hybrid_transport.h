@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/net.h"
+#include "common/process.h"
 #include "transport/liveness.h"
 #include "transport/transport.h"
 
@@ -36,6 +37,15 @@ struct HybridOptions {
   Liveness* liveness = nullptr;
   int abort_poll_ms = 250;
 };
+
+// Whether the main thread of the process of a peer that an incomplete
+// request of `reqs` waits for is running or queued on CPU `cpu`: a wait that
+// holds that CPU keeps it from answering (the main thread is the one of a
+// training script's blocking calls). `pids` caches `live.local_pid(peer)`
+// per peer (-1: not asked yet; 0: not on this machine); `watch` keeps the
+// last thread looked at open.
+bool peer_queued_on(int cpu, Request* const* reqs, size_t n, Liveness& live, std::vector<int64_t>& pids,
+                    proc::TaskWatch& watch);
 
 class HybridTransport final : public Transport {
  public:
@@ -92,6 +102,7 @@ class HybridTransport final : public Transport {
   HybridOptions opts_;
   Liveness& live_;  // opts_.liveness, or Liveness::none()
   mutable std::vector<int8_t> local_cache_;  // -1 unknown, 0 net, 1 local
+  std::vector<int64_t> pids_;                // peer_queued_on()'s cache of live_.local_pid()
   std::vector<Request*> any_pending_;        // any-source receives posted to both
   bool net_active_ = false;                  // something was routed to net: poll it every time
   bool net_due_ = false;                     // net has news (an event, a probe): poll it once

@@ -51,6 +51,11 @@ class Liveness {
   // Asked likewise for a peer a blocked wait needs that never connected: a
   // cause when its process on this machine has exited, else null.
   virtual std::exception_ptr peer_gone(int peer);
+  // The pid of `peer`'s process when it runs on this machine and in this
+  // pid namespace, else 0 (a wait that holds its core looks at whether the
+  // peer's main thread is queued behind it). May block the first time (a
+  // store read).
+  virtual int64_t local_pid(int peer);
   // Asked likewise by the arena for a peer that has not arrived: a cause
   // when it is blocked in an operation this rank has not started (two
   // communicators sharing connections issued in different orders), else null.

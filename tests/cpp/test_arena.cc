@@ -246,34 +246,6 @@ TEST(Arena, CpuSharingMovesAgainWhileMovesAreUndone) {
   EXPECT_EQ(moves, before + 1);
 }
 
-// The two fields a waiting rank reads of its peer's thread
-// (/proc/<pid>/task/<tid>/stat), whatever the command name holds.
-TEST(Arena, TaskStatGivesStateAndCpu) {
-  auto line = [](const std::string& comm, const std::string& state, const std::string& cpu) {
-    std::string s = "4242 (" + comm + ") " + state;
-    for (int f = 4; f <= 38; ++f) s += " " + std::to_string(f * 3);
-    return s + " " + cpu + " 0 0 0 0\n";
-  };
-  char state = 0;
-  int cpu = -1;
-  ASSERT_TRUE(proc::parse_task_stat(line("shoal-perf", "R", "1"), &state, &cpu));
-  EXPECT_EQ(state, 'R');
-  EXPECT_EQ(cpu, 1);
-  ASSERT_TRUE(proc::parse_task_stat(line("a) S 9 (b c", "S", "13"), &state, &cpu));
-  EXPECT_EQ(state, 'S');
-  EXPECT_EQ(cpu, 13);
-  const std::string last = line("x", "D", "5");
-  ASSERT_TRUE(proc::parse_task_stat(last.substr(0, last.find(" 0 0 0 0")), &state, &cpu));  // the CPU ends it
-  EXPECT_EQ(cpu, 5);
-  for (const std::string& bad : {line("x", "RS", "1"), line("x", "R", "-1"), line("x", "R", "1a"),
-                                 std::string("4242 (x) R 1 2 3"), std::string("4242 x R 1 2 3")}) {
-    state = 0;
-    cpu = -1;
-    EXPECT_FALSE(proc::parse_task_stat(bad, &state, &cpu)) << bad;
-    EXPECT_EQ(cpu, -1) << bad;
-  }
-}
-
 // A wait that holds its core (Spin::kHold) gives it away only while the
 // thread that runs its peer's rounds is queued on it: here rank 1's thread
 // begins a round on this thread's CPU (both pinned to one) and spins, then

@@ -1,7 +1,7 @@
 // collectives/arena/copy_choice.h — whether an allgather on the arena copies
 // once (allgather_shared_cma: every rank writes its input into its peers'
-// outputs with process_vm_writev) or twice (allgather_shared: through the slots), chosen
-// by measurement per size class.
+// outputs with process_vm_writev) or twice (allgather_shared: through the
+// slots), chosen by measurement per size class.
 //
 // Which is faster depends on where the ranks' cores are and on what the
 // caller's buffers hold, both of which change while a job runs: on the

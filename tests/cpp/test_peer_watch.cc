@@ -1,0 +1,132 @@
+// test_peer_watch.cc — how a rank that waits while holding its core looks at
+// its peer: the two fields it reads of the peer's thread in /proc, the pid
+// of a peer's process on this machine (proc::local_pid), and the look of a
+// wait for messages (transport::peer_queued_on) at a peer process queued on
+// its CPU. The arena's own look is in test_arena.cc.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/process.h"
+#include "cpu_util.h"
+#include "transport/hybrid_transport.h"
+
+namespace shoal {
+namespace {
+
+// The two fields a waiting rank reads of its peer's thread
+// (/proc/<pid>/task/<tid>/stat), whatever the command name holds.
+TEST(PeerWatch, TaskStatGivesStateAndCpu) {
+  auto line = [](const std::string& comm, const std::string& state, const std::string& cpu) {
+    std::string s = "4242 (" + comm + ") " + state;
+    for (int f = 4; f <= 38; ++f) s += " " + std::to_string(f * 3);
+    return s + " " + cpu + " 0 0 0 0\n";
+  };
+  char state = 0;
+  int cpu = -1;
+  ASSERT_TRUE(proc::parse_task_stat(line("shoal-perf", "R", "1"), &state, &cpu));
+  EXPECT_EQ(state, 'R');
+  EXPECT_EQ(cpu, 1);
+  ASSERT_TRUE(proc::parse_task_stat(line("a) S 9 (b c", "S", "13"), &state, &cpu));
+  EXPECT_EQ(state, 'S');
+  EXPECT_EQ(cpu, 13);
+  const std::string last = line("x", "D", "5");
+  ASSERT_TRUE(proc::parse_task_stat(last.substr(0, last.find(" 0 0 0 0")), &state, &cpu));  // the CPU ends it
+  EXPECT_EQ(cpu, 5);
+  for (const std::string& bad : {line("x", "RS", "1"), line("x", "R", "-1"), line("x", "R", "1a"),
+                                 std::string("4242 (x) R 1 2 3"), std::string("4242 x R 1 2 3")}) {
+    state = 0;
+    cpu = -1;
+    EXPECT_FALSE(proc::parse_task_stat(bad, &state, &cpu)) << bad;
+    EXPECT_EQ(cpu, -1) << bad;
+  }
+}
+
+// The pid a wait for messages watches its peer's main thread by: only a
+// process of this machine and pid namespace has one.
+TEST(PeerWatch, LocalPidOnlyForThisMachine) {
+  const std::string me = proc::self_token();
+  if (me.empty()) GTEST_SKIP() << "/proc does not tell this process's token";
+  EXPECT_EQ(proc::local_pid(me), static_cast<int64_t>(getpid()));
+  const size_t boot_end = me.find('/');
+  const std::string elsewhere = "00000000-0000-0000-0000-000000000000" + me.substr(boot_end);
+  EXPECT_EQ(proc::local_pid(elsewhere), 0) << elsewhere;  // another machine's boot id
+  const size_t pid_at = me.find('/', boot_end + 1) + 1;
+  const size_t pid_end = me.find('/', pid_at);
+  for (const std::string& bad : {std::string(), std::string("-"), me.substr(0, pid_end),
+                                 me.substr(0, pid_at) + "12x" + me.substr(pid_end),
+                                 me.substr(0, pid_at) + "0" + me.substr(pid_end)}) {
+    EXPECT_EQ(proc::local_pid(bad), 0) << bad;
+  }
+}
+
+// A wait for messages that holds its core gives it away while the main
+// thread of its peer's process is queued on it (peer_queued_on): here a
+// child process, pinned with this one to one CPU, spins, then sleeps.
+TEST(PeerWatch, MessageWaitSeesItsPeerProcessQueuedOnItsCpu) {
+  test::OnOneCpu pinned;
+  ASSERT_TRUE(pinned.ok());
+  int go[2], ready[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // spins until a byte comes, then sleeps in read() until the pipe closes
+    close(go[1]);
+    close(ready[0]);
+    char c = 'r';
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    const int flags = fcntl(go[0], F_GETFL);
+    fcntl(go[0], F_SETFL, flags | O_NONBLOCK);
+    while (read(go[0], &c, 1) != 1) {
+    }
+    fcntl(go[0], F_SETFL, flags);
+    while (read(go[0], &c, 1) > 0) {
+    }
+    _exit(0);
+  }
+  close(go[0]);
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  struct PeerOne : transport::Liveness {
+    int64_t pid = 0;
+    int64_t local_pid(int peer) override { return peer == 1 ? pid : 0; }
+  } live;
+  live.pid = child;
+  transport::Request r;
+  r.peer = 1;
+  transport::Request* rs[1] = {&r};
+  std::vector<int64_t> pids;
+  proc::TaskWatch watch;
+  const int cpu = sched_getcpu();
+  EXPECT_TRUE(transport::peer_queued_on(cpu, rs, 1, live, pids, watch));  // it spins, behind this process
+  r.complete = true;
+  EXPECT_FALSE(transport::peer_queued_on(cpu, rs, 1, live, pids, watch));  // nothing to wait for
+  r.complete = false;
+  r.peer = 0;
+  EXPECT_FALSE(transport::peer_queued_on(cpu, rs, 1, live, pids, watch));  // a peer elsewhere
+  r.peer = 1;
+  c = 'g';
+  ASSERT_EQ(write(go[1], &c, 1), 1);
+  bool away = false;  // it goes to sleep once it has the CPU to read the byte
+  for (int i = 0; i < 1000000 && !away; ++i) {
+    sched_yield();
+    away = !transport::peer_queued_on(cpu, rs, 1, live, pids, watch);
+  }
+  EXPECT_TRUE(away);
+  close(go[1]);
+  close(ready[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+}  // namespace shoal
