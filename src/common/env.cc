@@ -29,7 +29,8 @@ const Knob kKnobs[] = {
      "topology), every spin gives the core away between polls from the start, so the peer it "
      "waits for can run (bench/results/yield-spin). An explicit value is the spin of every wait "
      "and does not yield from the start. A wait for messages (TCP, the shared-memory rings) holds "
-     "the core otherwise: a core given away goes to a busy neighbour for a whole time slice "
+     "the core otherwise, giving it away only while the main thread of the peer's process is "
+     "queued on it: a core given away goes to a busy neighbour for a whole time slice "
      "(bench/peers/README.md, \"The spin under load\")."},
     {"SHOAL_SEGMENT_BYTES", "524288", nullptr,
      "Pipelining segment of large transfers (bench/results/segment-sweep)."},
