@@ -80,15 +80,12 @@ int64_t local_pid(const std::string& token) {
 }
 
 Liveness probe(const std::string& token) {
-  size_t s1, s2, s3;
-  if (!split(token, &s1, &s2, &s3)) return Liveness::kUnknown;
-  if (token.substr(0, s1) != net::boot_id() || token.substr(s1 + 1, s2 - s1 - 1) != pid_namespace()) {
-    return Liveness::kUnknown;
-  }
+  const int64_t pid = local_pid(token);
+  if (pid == 0) return Liveness::kUnknown;
   char state = 0;
   std::string start;
-  if (!read_stat(token.substr(s2 + 1, s3 - s2 - 1), &state, &start)) return Liveness::kGone;
-  if (start != token.substr(s3 + 1)) return Liveness::kGone;  // the pid was reused
+  if (!read_stat(std::to_string(pid), &state, &start)) return Liveness::kGone;
+  if (start != token.substr(token.rfind('/') + 1)) return Liveness::kGone;  // the pid was reused
   if (state == 'Z' || state == 'X') return Liveness::kGone;
   return Liveness::kAlive;
 }

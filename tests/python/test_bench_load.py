@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import load  # noqa: E402
 
 
-def test_start_waits_for_every_worker_and_stop_ends_them():
+def test_start_leaves_every_worker_running_and_stop_ends_them():
     ld = load.Load("burst:2").start()
     procs = list(ld.procs)
     try:
