@@ -21,13 +21,12 @@ namespace {
 constexpr unsigned kNetEvery = 128;
 // A spinning wait reads the clock (~30 ns on a VM) this often.
 constexpr unsigned kClockEvery = 8;
-// A wait that holds its core looks at whether its peer is queued behind it
-// (peer_queued_on) from kFirstLook into the spin, then every kLookEvery: a
-// look opens the peer's /proc entry for the wait (a few µs), which a peer
-// that is simply a little behind should not cost.
-constexpr auto kFirstLook = std::chrono::microseconds(50);
-constexpr auto kLookEvery = std::chrono::microseconds(25);
 }  // namespace
+
+Clock::time_point BesideLooks::begin(Clock::time_point now) {
+  told_ = false;
+  return beside_ ? now : now + kFirstLook;
+}
 
 HybridTransport::HybridTransport(std::unique_ptr<Channel> net, std::unique_ptr<Channel> local,
                                  HybridOptions opts)
@@ -267,24 +266,24 @@ std::string HybridTransport::pending_summary(Request* const* reqs, size_t n) con
   return o.str();
 }
 
-bool peer_queued_on(int cpu, Request* const* reqs, size_t n, Liveness& live, std::vector<int64_t>& pids,
-                    proc::TaskWatch& watch) {
+int peer_queued_on(int cpu, Request* const* reqs, size_t n, Liveness& live, std::vector<int64_t>& pids,
+                   proc::TaskWatch& watch) {
   for (size_t i = 0; i < n; ++i) {
     const int peer = reqs[i]->peer;
     if (reqs[i]->complete || peer < 0) continue;
     if (pids.size() <= static_cast<size_t>(peer)) pids.resize(static_cast<size_t>(peer) + 1, -1);
     int64_t& pid = pids[static_cast<size_t>(peer)];
     if (pid < 0) pid = live.local_pid(peer);
-    if (pid > 0 && watch.watch(pid, static_cast<int>(pid)) && watch.runnable_on(cpu) == 1) return true;
+    if (pid > 0 && watch.watch(pid, static_cast<int>(pid)) && watch.runnable_on(cpu) == 1) return peer;
   }
-  return false;
+  return -1;
 }
 
 void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
   check_broken();
   auto now = Clock::now();
   const auto spin_until = now + std::chrono::microseconds(spin_us_);
-  auto look_at = now + kFirstLook;
+  auto look_at = looks_.begin(now);
   bool yielding = spin_yield_;
   proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
   auto next_abort_check = now + std::chrono::milliseconds(opts_.abort_poll_ms);
@@ -308,9 +307,13 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
       // 8 B allreduce over TCP took 55 us to 7.9 ms per call (median start
       // 5.8 ms) yielding after every empty poll, against 15-18 us holding
       // the core (bench/peers/README.md, "The spin under load").
+      // Two ranks the scheduler keeps on one CPU take turns on it at every
+      // step while another core may be idle: then one moves (BesideLooks).
       if (!spin_yield_ && now >= look_at) {
-        yielding = peer_queued_on(sched_getcpu(), reqs, n, live_, pids_, watch);
-        look_at = now + kLookEvery;
+        const int cpu = sched_getcpu();
+        const int peer = peer_queued_on(cpu, reqs, n, live_, pids_, watch);
+        yielding = looks_.found(rank(), peer, [cpu] { return proc::move_off_cpu(cpu); });
+        look_at = now + BesideLooks::kLookEvery;
       }
       if (yielding) {
         sched_yield();

@@ -38,14 +38,54 @@ struct HybridOptions {
   int abort_poll_ms = 250;
 };
 
-// Whether the main thread of the process of a peer that an incomplete
-// request of `reqs` waits for is running or queued on CPU `cpu`: a wait that
-// holds that CPU keeps it from answering (the main thread is the one of a
-// training script's blocking calls). `pids` caches `live.local_pid(peer)`
+// A peer that an incomplete request of `reqs` waits for whose process's
+// main thread is running or queued on CPU `cpu` (a wait that holds that CPU
+// keeps it from answering; the main thread is the one of a training
+// script's blocking calls), else -1. `pids` caches `live.local_pid(peer)`
 // per peer (-1: not asked yet; 0: not on this machine); `watch` keeps the
 // last thread looked at open.
-bool peer_queued_on(int cpu, Request* const* reqs, size_t n, Liveness& live, std::vector<int64_t>& pids,
-                    proc::TaskWatch& watch);
+int peer_queued_on(int cpu, Request* const* reqs, size_t n, Liveness& live, std::vector<int64_t>& pids,
+                   proc::TaskWatch& watch);
+
+// How a wait that holds its core looks for a peer queued behind it on its
+// CPU (peer_queued_on), and what it does about one. A look reads the peer's
+// /proc entry (a few µs), which a peer that is simply a little behind should
+// not cost: the first look of a wait comes kFirstLook into it, unless the
+// last wait's found the peer beside (then at once), and the next every
+// kLookEvery. While the peer is beside, the wait gives the core away between
+// polls. Two ranks that the scheduler keeps on one CPU take turns on it at
+// every step while another core may be idle (beside bursty load, 2 ranks'
+// 8 B allreduce over TCP took ~200 us per call in 1 start of 4 that way,
+// against 11-20 us apart): the first look of each wait tells a
+// proc::CpuSharing, which says when the higher rank of the two moves. A wait
+// that ends before its first look says nothing of where the peer is.
+class BesideLooks {
+ public:
+  static constexpr auto kFirstLook = std::chrono::microseconds(50);
+  static constexpr auto kLookEvery = std::chrono::microseconds(25);
+
+  // A wait begins at `now`: when its first look is due.
+  Clock::time_point begin(Clock::time_point now);
+  // A look by `self` found `peer` queued on its CPU (-1: none). Calls `move`
+  // (which returns whether this thread moved off the CPU) when it is time;
+  // returns whether to give the core away until the next look.
+  template <class Move>
+  bool found(int self, int peer, Move&& move) {
+    if (told_) return peer >= 0;
+    told_ = true;
+    beside_ = peer >= 0;
+    if (!beside_) {
+      sharing_.apart();
+      return false;
+    }
+    return !sharing_.beside(self > peer, move);
+  }
+
+ private:
+  proc::CpuSharing sharing_;
+  bool beside_ = false;  // the first look of the last wait that looked found a peer beside
+  bool told_ = false;    // this wait's first look has told sharing_
+};
 
 class HybridTransport final : public Transport {
  public:
@@ -103,6 +143,7 @@ class HybridTransport final : public Transport {
   Liveness& live_;  // opts_.liveness, or Liveness::none()
   mutable std::vector<int8_t> local_cache_;  // -1 unknown, 0 net, 1 local
   std::vector<int64_t> pids_;                // peer_queued_on()'s cache of live_.local_pid()
+  BesideLooks looks_;                        // for a peer queued behind a wait on its CPU
   std::vector<Request*> any_pending_;        // any-source receives posted to both
   bool net_active_ = false;                  // something was routed to net: poll it every time
   bool net_due_ = false;                     // net has news (an event, a probe): poll it once

@@ -2,7 +2,8 @@
 // its peer: the two fields it reads of the peer's thread in /proc, the pid
 // of a peer's process on this machine (proc::local_pid), and the look of a
 // wait for messages (transport::peer_queued_on) at a peer process queued on
-// its CPU. The arena's own look is in test_arena.cc.
+// its CPU, and what such a wait makes of its looks (transport::BesideLooks).
+// The arena's own look is in test_arena.cc.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -106,19 +107,19 @@ TEST(PeerWatch, MessageWaitSeesItsPeerProcessQueuedOnItsCpu) {
   std::vector<int64_t> pids;
   proc::TaskWatch watch;
   const int cpu = sched_getcpu();
-  EXPECT_TRUE(transport::peer_queued_on(cpu, rs, 1, live, pids, watch));  // it spins, behind this process
+  EXPECT_EQ(transport::peer_queued_on(cpu, rs, 1, live, pids, watch), 1);  // it spins, behind this process
   r.complete = true;
-  EXPECT_FALSE(transport::peer_queued_on(cpu, rs, 1, live, pids, watch));  // nothing to wait for
+  EXPECT_EQ(transport::peer_queued_on(cpu, rs, 1, live, pids, watch), -1);  // nothing to wait for
   r.complete = false;
   r.peer = 0;
-  EXPECT_FALSE(transport::peer_queued_on(cpu, rs, 1, live, pids, watch));  // a peer elsewhere
+  EXPECT_EQ(transport::peer_queued_on(cpu, rs, 1, live, pids, watch), -1);  // a peer elsewhere
   r.peer = 1;
   c = 'g';
   ASSERT_EQ(write(go[1], &c, 1), 1);
   bool away = false;  // it goes to sleep once it has the CPU to read the byte
   for (int i = 0; i < 1000000 && !away; ++i) {
     sched_yield();
-    away = !transport::peer_queued_on(cpu, rs, 1, live, pids, watch);
+    away = transport::peer_queued_on(cpu, rs, 1, live, pids, watch) < 0;
   }
   EXPECT_TRUE(away);
   close(go[1]);
@@ -126,6 +127,51 @@ TEST(PeerWatch, MessageWaitSeesItsPeerProcessQueuedOnItsCpu) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+
+// What a wait that holds its core makes of its looks for a peer queued on
+// its CPU (BesideLooks): only the first look of a wait counts as that wait's
+// finding; a wait that ends before any look breaks no run of waits that
+// found the peer beside; the higher rank moves, at the second such wait, and
+// spins on after a move; after a wait that found its peer beside, the next
+// looks at once.
+TEST(PeerWatch, WaitsBesideTheirPeerMoveTheHigherRank) {
+  using L = transport::BesideLooks;
+  int moves = 0;
+  auto move = [&] {
+    ++moves;
+    return true;
+  };
+  const transport::Clock::time_point t0{};
+  L hi;
+  EXPECT_EQ(hi.begin(t0), t0 + L::kFirstLook);
+  EXPECT_TRUE(hi.found(1, 0, move));   // beside: give the core away
+  EXPECT_TRUE(hi.found(1, 0, move));   // the same wait, still beside: not a second finding
+  EXPECT_EQ(moves, 0);
+  EXPECT_EQ(hi.begin(t0), t0);         // the last wait found the peer beside: look at once
+  EXPECT_EQ(hi.begin(t0), t0);         // this one ended before a look
+  EXPECT_FALSE(hi.found(1, 0, move));  // the second wait in a row beside: moved, spins on
+  EXPECT_EQ(moves, 1);
+  hi.begin(t0);
+  EXPECT_FALSE(hi.found(1, -1, move));  // apart now
+  EXPECT_EQ(hi.begin(t0), t0 + L::kFirstLook);
+  // The lower rank of the two never moves; it gives the core away.
+  L lo;
+  for (int i = 0; i < 3 * proc::CpuSharing::kMaxHoldoff; ++i) {
+    lo.begin(t0);
+    EXPECT_TRUE(lo.found(0, 1, move));
+  }
+  EXPECT_EQ(moves, 1);
+  // A look apart between two beside breaks the run.
+  L mid;
+  mid.begin(t0);
+  EXPECT_TRUE(mid.found(2, 1, move));
+  mid.begin(t0);
+  EXPECT_FALSE(mid.found(2, -1, move));
+  mid.begin(t0);
+  EXPECT_TRUE(mid.found(2, 1, move));
+  EXPECT_EQ(moves, 1);
 }
 
 }  // namespace
