@@ -4,6 +4,7 @@
 
 #include <sched.h>
 
+#include "common/yield_gauge.h"
 #include "core/errors.h"
 #include "shoal/error.h"
 
@@ -201,6 +202,9 @@ bool Scheduler::drain(bool inline_caller, const Work* waiting) {
 bool Scheduler::spin(const Work& waiting) {
   const auto until = Clock::now() + std::chrono::microseconds(spin_us_);
   const bool yield = runner_.spin_yield();
+  YieldGauge& gauge = YieldGauge::here();  // as the transport's own waits do
+  if (yield && !gauge.spin()) return false;
+  bool yielded = false;  // gave the core away, each time briefly
   for (unsigned i = 1; inflight() > 0 && !waiting.test(); ++i) {
     runner_.progress(Clock::now());
     if (i % 16 == 0) {
@@ -209,8 +213,14 @@ bool Scheduler::spin(const Work& waiting) {
       if (stop_) return false;
       if (!queue_.empty()) return true;
     }
-    if (yield) sched_yield();
+    if (yield) {
+      const auto before = Clock::now();
+      sched_yield();
+      if (!gauge.yielded(Clock::now() - before)) return false;
+      yielded = true;
+    }
   }
+  if (yielded) gauge.quiet();
   return false;
 }
 

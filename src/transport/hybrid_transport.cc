@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/spin_lock.h"
+#include "common/yield_gauge.h"
 #include "shoal/error.h"
 
 namespace shoal::transport {
@@ -282,15 +283,24 @@ int peer_queued_on(int cpu, Request* const* reqs, size_t n, Liveness& live, std:
 void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point deadline) {
   check_broken();
   auto now = Clock::now();
-  const auto spin_until = now + std::chrono::microseconds(spin_us_);
+  // A crowded host's wait gives the core away from the start, unless its
+  // yields were found to hand it to other work for a time slice: then it
+  // blocks at once (YieldGauge).
+  YieldGauge& gauge = YieldGauge::here();
+  auto spin_until = now + std::chrono::microseconds(spin_us_);
+  if (spin_yield_ && spin_us_ > 0 && !gauge.spin()) spin_until = now;
   auto look_at = looks_.begin(now);
   bool yielding = spin_yield_;
+  bool yielded = false;  // a crowded spin gave the core away, each time briefly
   proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
   auto next_abort_check = now + std::chrono::milliseconds(opts_.abort_poll_ms);
   for (unsigned iter = 1;; ++iter) {
     bool all = true;
     for (size_t i = 0; i < n && all; ++i) all = reqs[i]->complete;
-    if (all) return;
+    if (all) {
+      if (yielded) gauge.quiet();
+      return;
+    }
     if (iter % kClockEvery == 0) now = Clock::now();
     if (now >= deadline) {
       fail(live_.timed_out(pending_summary(reqs, n)));
@@ -315,7 +325,13 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
         yielding = looks_.found(rank(), peer, [cpu] { return proc::move_off_cpu(cpu); });
         look_at = now + BesideLooks::kLookEvery;
       }
-      if (yielding) {
+      if (spin_yield_) {
+        const auto before = Clock::now();
+        sched_yield();
+        now = Clock::now();
+        yielded = gauge.yielded(now - before);
+        if (!yielded) spin_until = now;
+      } else if (yielding) {
         sched_yield();
       } else {
         cpu_relax();

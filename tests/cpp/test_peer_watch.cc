@@ -2,19 +2,24 @@
 // its peer: the two fields it reads of the peer's thread in /proc, the pid
 // of a peer's process on this machine (proc::local_pid), and the look of a
 // wait for messages (transport::peer_queued_on) at a peer process queued on
-// its CPU, and what such a wait makes of its looks (transport::BesideLooks).
-// The arena's own look is in test_arena.cc.
+// its CPU, and what such a wait makes of its looks (transport::BesideLooks);
+// on a crowded host, when a wait stops giving its core away and sleeps at
+// once (YieldGauge). The arena's own look is in test_arena.cc.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/process.h"
+#include "common/yield_gauge.h"
 #include "cpu_util.h"
 #include "transport/hybrid_transport.h"
 
@@ -172,6 +177,48 @@ TEST(PeerWatch, WaitsBesideTheirPeerMoveTheHigherRank) {
   mid.begin(t0);
   EXPECT_TRUE(mid.found(2, 1, move));
   EXPECT_EQ(moves, 1);
+}
+
+// A crowded host's waits give the core away between polls until a yield
+// takes a time slice of other work: then the next kFirstSkip waits sleep at
+// once, one spins again, and while its yields stay long the number skipped
+// doubles, up to kMaxSkip; a spun wait whose yields were all short brings
+// it back to kFirstSkip.
+TEST(PeerWatch, CrowdedWaitsSleepAtOnceWhileYieldsAreLong) {
+  using G = YieldGauge;
+  const auto brief = std::chrono::microseconds(20);
+  const auto slice = std::chrono::milliseconds(3);
+  // Waits that sleep at once before the next that spins.
+  auto skipped = [](G& g) {
+    int n = 0;
+    while (!g.spin()) ++n;
+    return n;
+  };
+  G g;
+  EXPECT_TRUE(g.spin());
+  EXPECT_TRUE(g.yielded(brief));
+  EXPECT_TRUE(g.yielded(G::kLongYield - std::chrono::microseconds(1)));
+  EXPECT_EQ(skipped(g), 0);
+  EXPECT_FALSE(g.yielded(G::kLongYield));
+  EXPECT_EQ(skipped(g), G::kFirstSkip);
+  int expect = G::kFirstSkip;
+  for (int k = 0; k < 12; ++k) {  // busy still at each look
+    EXPECT_FALSE(g.yielded(slice));
+    expect = std::min(2 * expect, G::kMaxSkip);
+    EXPECT_EQ(skipped(g), expect) << "look " << k;
+  }
+  EXPECT_EQ(expect, G::kMaxSkip);
+  EXPECT_TRUE(g.yielded(brief));  // quiet again
+  g.quiet();
+  EXPECT_EQ(skipped(g), 0);
+  EXPECT_FALSE(g.yielded(slice));
+  EXPECT_EQ(skipped(g), G::kFirstSkip);
+  // Each thread has its own.
+  G* mine = &G::here();
+  G* other = nullptr;
+  std::thread([&] { other = &G::here(); }).join();
+  EXPECT_NE(mine, other);
+  EXPECT_EQ(mine, &G::here());
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/spin_lock.h"
+#include "common/yield_gauge.h"
 #include "shoal/error.h"
 
 namespace shoal::coll::arena {
@@ -277,17 +278,36 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
       return;
     }
     sharing_.apart();
+    // A crowded host's wait gives the core away from the start, unless its
+    // yields were found to hand it to other work for a time slice: then it
+    // sleeps at once (YieldGauge).
+    YieldGauge& gauge = YieldGauge::here();
+    if (spin_ == Spin::kYield && !gauge.spin()) {
+      sleep_on(peer, target, deadline);
+      reached_peer(peer, phase);
+      return;
+    }
     Clock::time_point until{}, look_at{};
     bool yielding = spin_ == Spin::kYield;
     proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
     for (unsigned i = 1;; ++i) {
-      if (yielding) {
+      if (spin_ == Spin::kYield) {
+        const auto before = Clock::now();
+        sched_yield();
+        if (!gauge.yielded(Clock::now() - before)) {
+          sleep_on(peer, target, deadline);
+          break;
+        }
+      } else if (yielding) {
         sched_yield();
       } else {
         cpu_relax();
       }
       v = c.flag.load(std::memory_order_acquire);
-      if (reached(v, target)) break;
+      if (reached(v, target)) {
+        if (spin_ == Spin::kYield) gauge.quiet();
+        break;
+      }
       if ((i & 63) == 0) {
         if (auto e = live_->broken()) std::rethrow_exception(e);
         const auto now = Clock::now();
