@@ -377,41 +377,43 @@ TEST(Arena, ArrivalWakesAPeerAsleepOnIt) {
 // On a crowded host, a wait whose thread's last yield took another task's
 // time slice sleeps at once rather than spin (YieldGauge): here with a spin
 // of a minute, it is asleep on the peer's counter within 10 s, without a
-// yield (which, when long, would have set a longer skip). The two
-// ranks begin their round on different CPUs (a wait beside its peer sleeps
-// soon in any case).
+// yield (which, when long, would have set a longer skip); whether the two
+// ranks begin their round on different CPUs or on one (wait_beside).
 TEST(Arena, CrowdedWaitSleepsAtOnceAfterALongYield) {
   using coll::arena::HostArena;
   test::OnOneCpu pin;
   ASSERT_TRUE(pin.ok());
   cpu_set_t others = pin.old_mask();
   CPU_CLR(sched_getcpu(), &others);
-  if (CPU_COUNT(&others) == 0) GTEST_SKIP() << "needs two CPUs in the affinity mask";
-  std::string why;
-  auto both = test::arenas(2, 83, &why);
-  ASSERT_EQ(both.size(), 2u) << why;
-  both[1]->set_spin(60'000'000, HostArena::Spin::kYield);
-  both[0]->begin(1, transport::Fingerprint{});
-  std::atomic<bool> started{false};
-  int skipping = -1;
-  std::thread waiter([&] {
-    ASSERT_EQ(sched_setaffinity(0, sizeof(others), &others), 0);
-    both[1]->begin(1, transport::Fingerprint{});
-    YieldGauge& gauge = YieldGauge::here();
-    gauge.yielded(YieldGauge::kLongYield);
-    started = true;
-    transport::LazyDeadline deadline(std::chrono::seconds(120));
-    both[1]->wait_one(0, 1, deadline);
-    skipping = gauge.skipping();
-  });
-  while (!started) sched_yield();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (both[0]->asleep_on(0) == 0 && std::chrono::steady_clock::now() < until) sched_yield();
-  const bool asleep = both[0]->asleep_on(0) == 1;
-  both[0]->arrive(1);
-  waiter.join();
-  EXPECT_TRUE(asleep) << "it spun";
-  EXPECT_EQ(skipping, YieldGauge::kFirstSkip - 1);
+  for (const bool apart : {true, false}) {
+    SCOPED_TRACE(apart ? "apart" : "on one CPU");
+    if (apart && CPU_COUNT(&others) == 0) continue;  // one CPU only
+    std::string why;
+    auto both = test::arenas(2, apart ? 83 : 84, &why);
+    ASSERT_EQ(both.size(), 2u) << why;
+    both[1]->set_spin(60'000'000, HostArena::Spin::kYield);
+    both[0]->begin(1, transport::Fingerprint{});
+    std::atomic<bool> started{false};
+    int skipping = -1;
+    std::thread waiter([&] {
+      if (apart) ASSERT_EQ(sched_setaffinity(0, sizeof(others), &others), 0);
+      both[1]->begin(1, transport::Fingerprint{});
+      YieldGauge& gauge = YieldGauge::here();
+      gauge.yielded(YieldGauge::kLongYield);
+      started = true;
+      transport::LazyDeadline deadline(std::chrono::seconds(120));
+      both[1]->wait_one(0, 1, deadline);
+      skipping = gauge.skipping();
+    });
+    while (!started) sched_yield();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (both[0]->asleep_on(0) == 0 && std::chrono::steady_clock::now() < until) sched_yield();
+    const bool asleep = both[0]->asleep_on(0) == 1;
+    both[0]->arrive(1);
+    waiter.join();
+    EXPECT_TRUE(asleep) << "it spun";
+    EXPECT_EQ(skipping, YieldGauge::kFirstSkip - 1);
+  }
 }
 
 // The barrier in the arena: no rank leaves one before every rank has

@@ -359,11 +359,21 @@ bool HostArena::peer_queued_here(int peer, proc::TaskWatch& w) const {
 void HostArena::wait_beside(int peer, uint32_t target, const LazyDeadline& deadline) {
   sharing_.beside(spin_ != Spin::kYield && rank_ > peer, [this] { return proc::move_off_cpu(cpu_); });
   const Line& c = line(peer);
-  const auto give_up = Clock::now() + kSameCpuYield;
-  do {
-    sched_yield();
-    if (reached(c.flag.load(std::memory_order_acquire), target)) return;
-  } while (Clock::now() < give_up);
+  // On a crowded host, while yields hand the core to other work for a time
+  // slice, sleep at once (YieldGauge), as wait_one() does.
+  const bool crowded = spin_ == Spin::kYield;
+  YieldGauge& gauge = YieldGauge::here();
+  if (!crowded || gauge.spin()) {
+    auto now = Clock::now();
+    const auto give_up = now + kSameCpuYield;
+    do {
+      const auto before = now;
+      sched_yield();
+      if (reached(c.flag.load(std::memory_order_acquire), target)) return;
+      now = Clock::now();
+      if (crowded && !gauge.yielded(now - before)) break;
+    } while (now < give_up);
+  }
   sleep_on(peer, target, deadline);
 }
 
