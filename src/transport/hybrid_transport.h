@@ -55,8 +55,8 @@ int peer_queued_on(int cpu, Request* const* reqs, size_t n, Liveness& live, std:
 // kLookEvery. While the peer is beside, the wait gives the core away between
 // polls. Two ranks that the scheduler keeps on one CPU take turns on it at
 // every step while another core may be idle (beside bursty load, 2 ranks'
-// 8 B allreduce over TCP took ~200 us per call in 1 start of 4 that way,
-// against 11-20 us apart): the first look of each wait tells a
+// 8 B allreduce over TCP took about 200 us per call that way, in 1 to 3
+// starts of 10-12, against 11-20 us apart): the first look of each wait tells a
 // proc::CpuSharing, which says when the higher rank of the two moves. A wait
 // that ends before its first look says nothing of where the peer is.
 class BesideLooks {
