@@ -18,6 +18,8 @@
 // kFirstSkip after a spun wait whose yields were all short.
 #pragma once
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -32,20 +34,32 @@ class YieldGauge {
   // At the start of a wait that would spin giving its core away: whether to
   // (false: sleep at once).
   bool spin() {
+    brief_ = false;
     if (skip_left_ == 0) return true;
     --skip_left_;
     return false;
   }
-  // One of its yields took `took`: whether to go on spinning (false: the
-  // host is busy; sleep now).
+  // Gives the core away once (sched_yield), timed: whether to go on
+  // spinning (false: the host is busy; sleep now).
+  bool yield() {
+    const auto before = std::chrono::steady_clock::now();
+    sched_yield();
+    return yielded(std::chrono::steady_clock::now() - before);
+  }
+  // One of its yields took `took` (what yield() reports).
   bool yielded(std::chrono::steady_clock::duration took) {
-    if (took < kLongYield) return true;
+    brief_ = took < kLongYield;
+    if (brief_) return true;
     skip_left_ = skip_;
     skip_ = std::min(2 * skip_, kMaxSkip);
     return false;
   }
-  // The wait spun until its peer came, every yield short.
-  void quiet() { skip_ = kFirstSkip; }
+  // The wait's peer came: when it spun and every yield was short, the next
+  // long yield skips kFirstSkip waits again.
+  void quiet() {
+    if (brief_) skip_ = kFirstSkip;
+    brief_ = false;
+  }
 
   // Waits still to sleep at once (for tests).
   int skipping() const { return skip_left_; }
@@ -59,6 +73,7 @@ class YieldGauge {
  private:
   int skip_ = kFirstSkip;  // waits to sleep at once after the next long yield
   int skip_left_ = 0;      // waits still to sleep at once
+  bool brief_ = false;     // this wait's yields so far were all short (and there was one)
 };
 
 }  // namespace shoal

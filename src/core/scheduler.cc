@@ -204,7 +204,6 @@ bool Scheduler::spin(const Work& waiting) {
   const bool yield = runner_.spin_yield();
   YieldGauge& gauge = YieldGauge::here();  // as the transport's own waits do
   if (yield && !gauge.spin()) return false;
-  bool yielded = false;  // gave the core away, each time briefly
   for (unsigned i = 1; inflight() > 0 && !waiting.test(); ++i) {
     runner_.progress(Clock::now());
     if (i % 16 == 0) {
@@ -213,14 +212,9 @@ bool Scheduler::spin(const Work& waiting) {
       if (stop_) return false;
       if (!queue_.empty()) return true;
     }
-    if (yield) {
-      const auto before = Clock::now();
-      sched_yield();
-      if (!gauge.yielded(Clock::now() - before)) return false;
-      yielded = true;
-    }
+    if (yield && !gauge.yield()) return false;
   }
-  if (yielded) gauge.quiet();
+  if (yield) gauge.quiet();
   return false;
 }
 

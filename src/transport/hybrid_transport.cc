@@ -290,15 +290,14 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
   auto spin_until = now + std::chrono::microseconds(spin_us_);
   if (spin_yield_ && spin_us_ > 0 && !gauge.spin()) spin_until = now;
   auto look_at = looks_.begin(now);
-  bool yielding = spin_yield_;
-  bool yielded = false;  // a crowded spin gave the core away, each time briefly
+  bool yielding = false;  // a holding spin whose peer is queued behind it
   proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
   auto next_abort_check = now + std::chrono::milliseconds(opts_.abort_poll_ms);
   for (unsigned iter = 1;; ++iter) {
     bool all = true;
     for (size_t i = 0; i < n && all; ++i) all = reqs[i]->complete;
     if (all) {
-      if (yielded) gauge.quiet();
+      if (spin_yield_) gauge.quiet();
       return;
     }
     if (iter % kClockEvery == 0) now = Clock::now();
@@ -326,11 +325,7 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
         look_at = now + BesideLooks::kLookEvery;
       }
       if (spin_yield_) {
-        const auto before = Clock::now();
-        sched_yield();
-        now = Clock::now();
-        yielded = gauge.yielded(now - before);
-        if (!yielded) spin_until = now;
+        if (!gauge.yield()) spin_until = now;
       } else if (yielding) {
         sched_yield();
       } else {

@@ -134,7 +134,6 @@ TEST(PeerWatch, MessageWaitSeesItsPeerProcessQueuedOnItsCpu) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-
 // What a wait that holds its core makes of its looks for a peer queued on
 // its CPU (BesideLooks): only the first look of a wait counts as that wait's
 // finding; a wait that ends before any look breaks no run of waits that
@@ -182,8 +181,8 @@ TEST(PeerWatch, WaitsBesideTheirPeerMoveTheHigherRank) {
 // A crowded host's waits give the core away between polls until a yield
 // takes a time slice of other work: then the next kFirstSkip waits sleep at
 // once, one spins again, and while its yields stay long the number skipped
-// doubles, up to kMaxSkip; a spun wait whose yields were all short brings
-// it back to kFirstSkip.
+// doubles, up to kMaxSkip; a spun wait whose yields were all short (and
+// not one without a yield) brings it back to kFirstSkip.
 TEST(PeerWatch, CrowdedWaitsSleepAtOnceWhileYieldsAreLong) {
   using G = YieldGauge;
   const auto brief = std::chrono::microseconds(20);
@@ -208,6 +207,9 @@ TEST(PeerWatch, CrowdedWaitsSleepAtOnceWhileYieldsAreLong) {
     EXPECT_EQ(skipped(g), expect) << "look " << k;
   }
   EXPECT_EQ(expect, G::kMaxSkip);
+  g.quiet();  // a wait that came to its end without a yield says nothing
+  EXPECT_FALSE(g.yielded(slice));
+  EXPECT_EQ(skipped(g), G::kMaxSkip);
   EXPECT_TRUE(g.yielded(brief));  // quiet again
   g.quiet();
   EXPECT_EQ(skipped(g), 0);

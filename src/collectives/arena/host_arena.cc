@@ -288,13 +288,11 @@ void HostArena::wait_one(int peer, int phase, const LazyDeadline& deadline) {
       return;
     }
     Clock::time_point until{}, look_at{};
-    bool yielding = spin_ == Spin::kYield;
+    bool yielding = false;  // Spin::kShare and kHold, when they give the core away
     proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
     for (unsigned i = 1;; ++i) {
       if (spin_ == Spin::kYield) {
-        const auto before = Clock::now();
-        sched_yield();
-        if (!gauge.yielded(Clock::now() - before)) {
+        if (!gauge.yield()) {
           sleep_on(peer, target, deadline);
           break;
         }
@@ -364,15 +362,17 @@ void HostArena::wait_beside(int peer, uint32_t target, const LazyDeadline& deadl
   const bool crowded = spin_ == Spin::kYield;
   YieldGauge& gauge = YieldGauge::here();
   if (!crowded || gauge.spin()) {
-    auto now = Clock::now();
-    const auto give_up = now + kSameCpuYield;
+    const auto give_up = Clock::now() + kSameCpuYield;
     do {
-      const auto before = now;
-      sched_yield();
+      bool go_on = true;
+      if (crowded) {
+        go_on = gauge.yield();
+      } else {
+        sched_yield();
+      }
       if (reached(c.flag.load(std::memory_order_acquire), target)) return;
-      now = Clock::now();
-      if (crowded && !gauge.yielded(now - before)) break;
-    } while (now < give_up);
+      if (!go_on) break;
+    } while (Clock::now() < give_up);
   }
   sleep_on(peer, target, deadline);
 }
