@@ -53,7 +53,7 @@ def _ptrace_scope():
 def _transports(knobs):
     value = {name: v for name, v, _, _ in knobs}
     shm = value.get("SHOAL_SHM") or "1"
-    lines = [("tcp", f"ranks on other hosts (epoll); SO_SNDBUF/SO_RCVBUF {value.get('SHOAL_SOCKET_BUFFER')} B")]
+    lines = [("tcp", f"ranks on other hosts (epoll); SO_SNDBUF {value.get('SHOAL_SOCKET_BUFFER')} B")]
     if shm == "0":
         lines.append(("shm", "off (SHOAL_SHM=0): ranks of one host use TCP too"))
         lines.append(("shared arena", "off (SHOAL_SHM=0)"))

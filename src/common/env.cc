@@ -37,7 +37,10 @@ const Knob kKnobs[] = {
     {"SHOAL_SEGMENT_BYTES", "524288", nullptr,
      "Pipelining segment of large transfers (bench/results/segment-sweep)."},
     {"SHOAL_SOCKET_BUFFER", "4194304", nullptr,
-     "`SO_SNDBUF`/`SO_RCVBUF` of data sockets (0: the kernel's default and autotuning)."},
+     "`SO_SNDBUF` of data sockets (0: the kernel's default). Receive buffers are left to the "
+     "kernel's autotuning: one set by hand made Linux drop data it had advertised room for while "
+     "a rank held back a message no receive had asked for yet, and the sender's retransmissions "
+     "backed off for tens of seconds (bench/results/tcp-receive-buffer)."},
     {"SHOAL_TCP_CONGESTION", "auto", nullptr,
      "Congestion control of shoal's TCP data connections. `auto`: a connection that never leaves "
      "this host (loopback, or this host's own address at both ends) uses `reno`, since loopback "

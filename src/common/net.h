@@ -61,8 +61,14 @@ Fd accept_tcp(int listen_fd);
 
 void set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);  // best-effort (ignored on non-TCP sockets)
-// Best-effort: large socket buffers for bulk transfer.
-void set_buffer_sizes(int fd, int bytes);
+// Best-effort: a large send buffer for bulk transfer. The receive buffer is
+// left to the kernel's autotuning: one set by hand (SO_RCVBUF) made Linux
+// drop data it had advertised room for while a receiver held messages back
+// (a collective's message that no receive has asked for yet waits in the
+// kernel), and the sender's retransmissions then backed off to tens of
+// seconds: a 2-rank allreduce over loopback beside bursty load stalled in
+// 1 start of 6 (bench/results/tcp-receive-buffer).
+void set_send_buffer(int fd, int bytes);
 
 // Whether both ends of a connected TCP socket are this host's own network
 // stack: a loopback peer, or the same address at both ends (a connection to

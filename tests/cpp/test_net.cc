@@ -175,10 +175,28 @@ TEST(Net, ReadFullTimesOut) {
 
 TEST(Net, WriteFullTimesOutWhenThePeerDoesNotRead) {
   Pair p = connected_pair();
-  net::set_buffer_sizes(p.a.get(), 64 << 10);
-  net::set_buffer_sizes(p.b.get(), 64 << 10);
+  net::set_send_buffer(p.a.get(), 64 << 10);
   std::vector<uint8_t> big(64 << 20, 1);
   EXPECT_THROW(net::write_full(p.a.get(), big.data(), big.size(), in(300ms)), shoal::TimeoutError);
+}
+
+// A data socket's receive buffer stays the kernel's to size (autotuning):
+// set by hand, Linux dropped data it had advertised room for while a rank
+// held back messages no receive had asked for yet, and the sender's
+// retransmissions backed off for tens of seconds (bench/results/tcp-receive-buffer).
+TEST(Net, SendBufferLeavesTheReceiveBufferToTheKernel) {
+  Pair p = connected_pair();
+  auto get = [&](int opt) {
+    int v = 0;
+    socklen_t l = sizeof(v);
+    EXPECT_EQ(::getsockopt(p.a.get(), SOL_SOCKET, opt, &v, &l), 0);
+    return v;
+  };
+  const int rcv = get(SO_RCVBUF), bytes = 40 << 10;
+  ASSERT_NE(rcv, 2 * bytes);  // (so that a receive buffer set alike would show)
+  net::set_send_buffer(p.a.get(), bytes);
+  EXPECT_EQ(get(SO_SNDBUF), 2 * bytes);  // Linux reports twice what was set (socket(7))
+  EXPECT_EQ(get(SO_RCVBUF), rcv);
 }
 
 TEST(Net, LargeTransferBothWaysOnNonBlockingSockets) {

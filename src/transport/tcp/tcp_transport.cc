@@ -172,7 +172,7 @@ std::string TcpTransport::initial_congestion() const {
 // A data connection's socket buffers, and (auto) the host's congestion
 // control for one that leaves the host.
 void TcpTransport::tune(int fd) {
-  if (opts_.socket_buffer > 0) net::set_buffer_sizes(fd, opts_.socket_buffer);
+  if (opts_.socket_buffer > 0) net::set_send_buffer(fd, opts_.socket_buffer);
   if (opts_.congestion == "auto" && !net::within_host(fd)) {
     static const std::string host_default = net::default_congestion();
     if (!host_default.empty()) net::set_congestion(fd, host_default);  // best-effort

@@ -43,7 +43,7 @@ struct TcpOptions {
   // is believed (frame.h, docs/security.md).
   auth::Secret secret;
   std::string bind_host = "0.0.0.0";
-  int socket_buffer = 4 << 20;      // SO_SNDBUF/SO_RCVBUF, 0 = kernel default
+  int socket_buffer = 4 << 20;      // SO_SNDBUF (receive buffers autotune), 0 = kernel default
   // Congestion control of data connections: "auto" (reno on connections that
   // stay on this host, the system's default elsewhere), "system", or a name
   // (checked by the caller: net::congestion_refusal).
