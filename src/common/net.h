@@ -67,7 +67,7 @@ void set_nodelay(int fd);  // best-effort (ignored on non-TCP sockets)
 // (a collective's message that no receive has asked for yet waits in the
 // kernel), and the sender's retransmissions then backed off to tens of
 // seconds: a 2-rank allreduce over loopback beside bursty load stalled in
-// 1 start of 6 (bench/results/tcp-receive-buffer).
+// 6 starts of 12 (bench/results/tcp-receive-buffer).
 void set_send_buffer(int fd, int bytes);
 
 // Whether both ends of a connected TCP socket are this host's own network
