@@ -288,7 +288,8 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
   // blocks at once (YieldGauge).
   YieldGauge& gauge = YieldGauge::here();
   auto spin_until = now + std::chrono::microseconds(spin_us_);
-  if (spin_yield_ && spin_us_ > 0 && !gauge.spin()) spin_until = now;
+  const bool gauged = spin_yield_ && spin_us_ > 0;  // this wait's yields are the gauge's (not the executor's)
+  if (gauged && !gauge.spin()) spin_until = now;
   auto look_at = looks_.begin(now);
   bool yielding = false;  // a holding spin whose peer is queued behind it
   proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
@@ -297,7 +298,7 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     bool all = true;
     for (size_t i = 0; i < n && all; ++i) all = reqs[i]->complete;
     if (all) {
-      if (spin_yield_) gauge.quiet();
+      if (gauged) gauge.quiet();
       return;
     }
     if (iter % kClockEvery == 0) now = Clock::now();

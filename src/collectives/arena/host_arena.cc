@@ -364,12 +364,7 @@ void HostArena::wait_beside(int peer, uint32_t target, const LazyDeadline& deadl
   if (!crowded || gauge.spin()) {
     const auto give_up = Clock::now() + kSameCpuYield;
     do {
-      bool go_on = true;
-      if (crowded) {
-        go_on = gauge.yield();
-      } else {
-        sched_yield();
-      }
+      const bool go_on = crowded ? gauge.yield() : (sched_yield(), true);
       if (reached(c.flag.load(std::memory_order_acquire), target)) return;
       if (!go_on) break;
     } while (Clock::now() < give_up);
