@@ -13,7 +13,9 @@ SPEC (also `bench/compare --load SPEC`, `bench/torch/... --load SPEC`):
   busy:N       N processes spinning without pause (steady load)
   burst:N[:D]  N bursty processes with duty cycle D (default 0.5)
 
-The processes are plain Python (numpy); the random bursts are seeded per
+The processes are plain Python (numpy), one thread each (their BLAS
+library's pool is held to one thread: a pool of its own would spin beside
+every burst, and "1" measured 1.75 cores); the random bursts are seeded per
 process, so two runs with one SPEC see the same pattern of bursts.
 """
 
@@ -44,6 +46,13 @@ def parse(spec: str) -> Tuple[str, int, float]:
         return "burst", max(1, round(2 * cores)), 0.5
     except (ValueError, IndexError):
         raise ValueError(f"--load {spec!r}: expected N, busy:N or burst:N[:DUTY]") from None
+
+
+# A worker's environment: its BLAS library runs the matrix product in the
+# worker's own thread. OpenBLAS (numpy's wheels) otherwise starts a thread
+# per core that spins between products: each worker of "1" took 0.87 of a
+# core, 0.55 of it in that thread, instead of the half its duty sets.
+ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
 def _worker(kind: str, duty: float, seed: int) -> None:
@@ -90,6 +99,7 @@ class Load:
         for i in range(n):
             self.procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", kind,
                                                 str(duty), str(1000 + i)], stdin=subprocess.DEVNULL,
+                                               env={**os.environ, **ONE_THREAD},
                                                stdout=subprocess.PIPE, text=True))
         deadline = time.monotonic() + READY_TIMEOUT_S
         for i, p in enumerate(self.procs):

@@ -32,3 +32,15 @@ def test_a_worker_that_cannot_start_is_an_error(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match=r"load 'busy:1': worker 0 did not start \(it exited with status 1\)"):
         ld.start()
     assert ld.procs == []
+
+
+def test_every_worker_runs_in_one_thread():
+    # A BLAS thread pool beside a worker spins between its products: "1"
+    # then took 1.75 cores where it promises one.
+    ld = load.Load("burst:2").start()
+    try:
+        for p in ld.procs:
+            threads = list(Path(f"/proc/{p.pid}/task").iterdir())
+            assert len(threads) == 1, f"worker {p.pid} runs {len(threads)} threads"
+    finally:
+        ld.stop()
