@@ -93,11 +93,9 @@ class CommunicatorImpl final : public core::Runner {
   // Spin by yielding the core: the spin budget was derived, not set, and
   // this machine has more of the communicator's ranks than cores.
   bool spin_yield() const override REQUIRES(sched_.drive()) { return spin_auto_ && crowded_; }
-  // How the arena waits in an operation of `bytes` per rank (prepare()'s
-  // caller runs it).
-  void set_arena_spin(coll::arena::HostArena& arena, size_t bytes) REQUIRES(sched_.drive());
-  static constexpr int kArenaHoldUs = 5000;
-  static constexpr size_t kArenaHoldMaxBytes = size_t{8} << 20;
+  // How the collective of `bytes` per rank that prepare()'s caller runs
+  // waits: for messages, and in `arena` when it has one.
+  void set_spins(coll::arena::HostArena* arena, size_t bytes) REQUIRES(sched_.drive());
   void wake() override { hybrid_->wake(); }
 
   void run_collective(Op& op) REQUIRES(sched_.drive());

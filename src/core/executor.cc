@@ -11,6 +11,7 @@
 #include "core/communicator_impl.h"
 #include "core/errors.h"
 #include "core/lowering.h"
+#include "core/wait_spins.h"
 
 namespace shoal {
 
@@ -66,19 +67,12 @@ void CommunicatorImpl::prepare(bool inline_caller) {
   hybrid_->set_spin(inline_caller ? spin_us_ : 0, spin_yield());
 }
 
-// How an operation of `bytes` (per rank, as select() weighs them) waits in
-// the arena. A caller that runs it itself, on a host with a core per rank,
-// holds its core, and for up to kArenaHoldUs when the budget is derived:
-// a peer preempted by a bursty neighbour is back within a time slice or
-// two, while a core given away, or left by a sleep, goes to that neighbour
-// for a slice of its own. Operations above kArenaHoldMaxBytes, the
-// executor (which overlaps computation) and a crowded host spin for
-// spin_us_ and give the core away (bench/results/arena-spin).
-void CommunicatorImpl::set_arena_spin(coll::arena::HostArena& arena, size_t bytes) {
-  using Spin = coll::arena::HostArena::Spin;
-  if (spin_yield()) return arena.set_spin(spin_us_, Spin::kYield);
-  if (!inline_caller_ || bytes > kArenaHoldMaxBytes) return arena.set_spin(spin_us_, Spin::kShare);
-  arena.set_spin(spin_auto_ ? kArenaHoldUs : spin_us_, Spin::kHold);
+// How a collective of `bytes` (per rank, as select() weighs them) waits,
+// for messages and in `arena` (core/wait_spins.h).
+void CommunicatorImpl::set_spins(coll::arena::HostArena* arena, size_t bytes) {
+  const core::WaitSpins w = core::wait_spins(inline_caller_, spin_yield(), spin_auto_, spin_us_, bytes);
+  hybrid_->set_spin(w.message_us, spin_yield());
+  if (arena) arena->set_spin(w.arena_us, w.arena);
 }
 
 void CommunicatorImpl::fail_inflight(std::exception_ptr cause) {
@@ -226,7 +220,7 @@ void CommunicatorImpl::run_collective(Op& op) {
   const auto timeout = op.opts.timeout.value_or(opts_.timeout);
   const coll::Topology& topo = topology();
   coll::arena::HostArena* shared = arena(timeout);  // set up within this operation's time
-  if (shared) set_arena_spin(*shared, coll::weighed_bytes(op.coll, a, size_));
+  set_spins(shared, coll::weighed_bytes(op.coll, a, size_));
   if (!op.algo) op.algo = &chosen(op.coll, a, topo);
   fp.algo = coll::algorithm_id(*op.algo);
   coll::Ctx ctx(*hybrid_, view_, op.seq, fp, timeout, scratch_, tuning_, topo, shared);

@@ -20,6 +20,7 @@
 
 #include "common/process.h"
 #include "common/yield_gauge.h"
+#include "core/wait_spins.h"
 #include "cpu_util.h"
 #include "transport/hybrid_transport.h"
 
@@ -225,3 +226,37 @@ TEST(PeerWatch, CrowdedWaitsSleepAtOnceWhileYieldsAreLong) {
 
 }  // namespace
 }  // namespace shoal
+
+// Which waits of a collective hold their core for the hold budget: the
+// caller's own, with the budget derived, up to 4 MiB per rank for messages
+// and 8 MiB in the arena; never the executor's message waits.
+TEST(PeerWatch, CollectiveWaitsHoldUpToTheirSizeBounds) {
+  using shoal::core::kHoldUs;
+  using shoal::core::wait_spins;
+  using Spin = shoal::coll::arena::HostArena::Spin;
+  constexpr size_t MiB = size_t{1} << 20;
+  auto w = wait_spins(true, false, true, 200, 4 * MiB);
+  EXPECT_EQ(w.message_us, kHoldUs);
+  EXPECT_EQ(w.arena_us, kHoldUs);
+  EXPECT_EQ(w.arena, Spin::kHold);
+  w = wait_spins(true, false, true, 200, 4 * MiB + 1);  // messages spin the budget, the arena holds on
+  EXPECT_EQ(w.message_us, 200);
+  EXPECT_EQ(w.arena_us, kHoldUs);
+  EXPECT_EQ(w.arena, Spin::kHold);
+  w = wait_spins(true, false, true, 200, 8 * MiB + 1);
+  EXPECT_EQ(w.message_us, 200);
+  EXPECT_EQ(w.arena_us, 200);
+  EXPECT_EQ(w.arena, Spin::kShare);
+  w = wait_spins(false, false, true, 200, 8);  // the executor
+  EXPECT_EQ(w.message_us, 0);
+  EXPECT_EQ(w.arena_us, 200);
+  EXPECT_EQ(w.arena, Spin::kShare);
+  w = wait_spins(true, false, false, 300, 8);  // an explicit SHOAL_SPIN_US is every wait's spin
+  EXPECT_EQ(w.message_us, 300);
+  EXPECT_EQ(w.arena_us, 300);
+  EXPECT_EQ(w.arena, Spin::kHold);
+  w = wait_spins(true, true, true, 200, 8);  // more ranks than cores: every wait yields
+  EXPECT_EQ(w.message_us, 200);
+  EXPECT_EQ(w.arena_us, 200);
+  EXPECT_EQ(w.arena, Spin::kYield);
+}
