@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sock_diag.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -343,6 +345,37 @@ void set_nodelay(int fd) {
 }
 
 void set_send_buffer(int fd, int bytes) { ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)); }
+
+TcpHealth tcp_health(int fd) {
+  TcpHealth h;
+  tcp_info ti{};
+  socklen_t len = sizeof(ti);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 || ti.tcpi_state != TCP_ESTABLISHED) return h;
+  h.known = true;
+  h.retransmits = ti.tcpi_retransmits;
+  h.backoff = ti.tcpi_backoff;
+  h.rto_us = ti.tcpi_rto;
+  h.unacked = ti.tcpi_unacked;
+  uint32_t mem[SK_MEMINFO_VARS] = {};
+  len = sizeof(mem);
+  if (::getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mem, &len) == 0 && len > SK_MEMINFO_DROPS * sizeof(uint32_t)) {
+    h.drops = mem[SK_MEMINFO_DROPS];
+  }
+  return h;
+}
+
+std::string describe_trouble(const TcpHealth& h) {
+  if (!h.known) return "";
+  std::string s;
+  if (h.retransmits > 0 || h.backoff > 0) {
+    char timer[32];
+    std::snprintf(timer, sizeof(timer), "%.1f s", h.rto_us / 1e6);
+    s += ", retransmitting: backoff " + std::to_string(h.backoff) + ", timer " + timer + ", " +
+         std::to_string(h.unacked) + " segments unacked";
+  }
+  if (h.drops > 0) s += (s.empty() ? ", " : "; ") + std::to_string(h.drops) + " packets dropped here";
+  return s;
+}
 
 bool within_host(int fd) {
   sockaddr_storage me{}, peer{};

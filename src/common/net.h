@@ -70,6 +70,23 @@ void set_nodelay(int fd);  // best-effort (ignored on non-TCP sockets)
 // 6 starts of 12 (bench/results/tcp-receive-buffer).
 void set_send_buffer(int fd, int bytes);
 
+// What the kernel says of a connected TCP socket's health: the sender's
+// retransmissions (a timer that doubles with each one: a peer that dropped
+// data hears of it again only when it fires) and what this end dropped.
+struct TcpHealth {
+  bool known = false;        // false: not a TCP socket, or not connected
+  unsigned retransmits = 0;  // unanswered retransmissions of the oldest unacknowledged segment
+  unsigned backoff = 0;      // doublings of the retransmission timer
+  unsigned rto_us = 0;       // the timer, microseconds
+  unsigned unacked = 0;      // segments sent and not yet acknowledged
+  uint32_t drops = 0;        // packets this end's kernel dropped (SK_MEMINFO_DROPS)
+};
+TcpHealth tcp_health(int fd);
+// "" for a healthy connection; else what is wrong, for an error or a stall
+// report (", retransmitting: backoff 7, timer 26.1 s, 12 segments unacked;
+// 57 packets dropped here").
+std::string describe_trouble(const TcpHealth& h);
+
 // Whether both ends of a connected TCP socket are this host's own network
 // stack: a loopback peer, or the same address at both ends (a connection to
 // one of this host's own addresses, which the kernel carries over loopback).

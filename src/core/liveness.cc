@@ -4,6 +4,7 @@
 // operations issued in different orders across a family.
 #include "core/liveness.h"
 
+#include <cstdio>
 #include <sstream>
 
 #include "collectives/registry.h"
@@ -112,6 +113,16 @@ std::exception_ptr JobLiveness::timed_out(const std::string& waiting) {
            "do not match across ranks?)";
   }
   return std::make_exception_ptr(TimeoutError(msg));
+}
+
+// Beside the stall inspector's report of who has joined (core/stall_inspector.h):
+// what the wait holds open, with the connections' state, also when every
+// rank has joined and the data does not come.
+void JobLiveness::still_waiting(double waited_s, const std::string& waiting) {
+  char waited[32];
+  std::snprintf(waited, sizeof(waited), "%.1f", waited_s);
+  const std::string line = c_.label_ + ": a wait in the transport has lasted " + waited + " s, for " + waiting + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 // Another rank's published cause (see broke()), or null.

@@ -45,6 +45,7 @@ class JobLiveness final : public transport::Liveness {
   std::exception_ptr order_check(int peer) override;
   std::exception_ptr broken() override;
   std::exception_ptr timed_out(const std::string& waiting) override;
+  void still_waiting(double waited_s, const std::string& waiting) override;
   std::string describe(const transport::Fingerprint& fp) override { return describe_fingerprint(fp); }
 
   // Another rank's published cause, or null.

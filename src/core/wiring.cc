@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -15,6 +17,7 @@
 #include "common/process.h"
 #include "core/communicator_impl.h"
 #include "core/errors.h"
+#include "core/stall_inspector.h"
 #include "transport/shm/shm_transport.h"
 
 namespace shoal {
@@ -127,6 +130,8 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
   }
   transport::HybridOptions ho;
   ho.liveness = &live;
+  const auto warn = parse_stall_warn(env::get("SHOAL_STALL_WARN").value());
+  if (warn.count() > 0) ho.report_every = std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(warn));
   w.hybrid = std::make_shared<transport::HybridTransport>(std::move(tcp), std::move(shm), std::move(ho));
   if (size > 1) {
     store.set_str("addr/" + std::to_string(rank), opts.advertise_host + " " + std::to_string(w.tcp->listen_port()) +

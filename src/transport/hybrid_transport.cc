@@ -294,6 +294,8 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
   bool yielding = false;  // a holding spin whose peer is queued behind it
   proc::TaskWatch watch;  // open for this wait only: a rank keeps no descriptor
   auto next_abort_check = now + std::chrono::milliseconds(opts_.abort_poll_ms);
+  const auto began = now;
+  auto next_report = opts_.report_every.count() > 0 ? now + opts_.report_every : Clock::time_point::max();
   for (unsigned iter = 1;; ++iter) {
     bool all = true;
     for (size_t i = 0; i < n && all; ++i) all = reqs[i]->complete;
@@ -349,6 +351,10 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
     }
     now = Clock::now();
     check_broken();
+    if (now >= next_report) {
+      live_.still_waiting(std::chrono::duration<double>(now - began).count(), pending_summary(reqs, n));
+      next_report = now + opts_.report_every;
+    }
   }
 }
 

@@ -36,6 +36,9 @@ struct HybridOptions {
   // nothing.
   Liveness* liveness = nullptr;
   int abort_poll_ms = 250;
+  // How often a blocked wait tells the liveness what it still waits for
+  // (Liveness::still_waiting); 0: never.
+  std::chrono::milliseconds report_every{0};
 };
 
 // A peer that an incomplete request of `reqs` waits for whose process's

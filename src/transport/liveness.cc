@@ -33,6 +33,8 @@ std::exception_ptr Liveness::timed_out(const std::string& waiting) {
   return std::make_exception_ptr(TimeoutError("timed out waiting for " + waiting));
 }
 
+void Liveness::still_waiting(double, const std::string&) {}
+
 std::string Liveness::describe(const Fingerprint& fp) {
   std::ostringstream o;
   o << "operation " << int(fp.coll) << "(count=" << fp.count << ", dtype " << int(fp.dtype) << ")";

@@ -65,6 +65,11 @@ class Liveness {
   virtual std::exception_ptr broken();
   // A wait reached its deadline while waiting for `waiting`: the error.
   virtual std::exception_ptr timed_out(const std::string& waiting);
+  // A wait has been blocked `waited_s` seconds for `waiting` (told every
+  // HybridOptions::report_every while it lasts): every rank may have joined
+  // the operation while its data does not come (the stall report of the
+  // transport's side).
+  virtual void still_waiting(double waited_s, const std::string& waiting);
 
   // Renders a Fingerprint for mismatch messages ("allreduce(count=4, float32, sum)").
   virtual std::string describe(const Fingerprint& fp);

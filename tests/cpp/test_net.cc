@@ -199,6 +199,28 @@ TEST(Net, SendBufferLeavesTheReceiveBufferToTheKernel) {
   EXPECT_EQ(get(SO_RCVBUF), rcv);
 }
 
+// What a stall report adds about a connection: nothing while it is well;
+// the sender's retransmission backoff and this end's drops when not.
+TEST(Net, TcpTroubleIsSaidOnlyWhenThereIsSome) {
+  Pair p = connected_pair();
+  const char byte = 1;
+  ASSERT_EQ(::send(p.a.get(), &byte, 1, 0), 1);
+  const net::TcpHealth h = net::tcp_health(p.a.get());
+  EXPECT_TRUE(h.known);
+  EXPECT_GT(h.rto_us, 0u);
+  EXPECT_EQ(net::describe_trouble(h), "");
+  EXPECT_FALSE(net::tcp_health(-1).known);
+  net::TcpHealth bad = h;
+  bad.retransmits = 7;
+  bad.backoff = 7;
+  bad.rto_us = 26112000;
+  bad.unacked = 12;
+  bad.drops = 57;
+  EXPECT_EQ(net::describe_trouble(bad), ", retransmitting: backoff 7, timer 26.1 s, 12 segments unacked; 57 packets dropped here");
+  bad.retransmits = bad.backoff = 0;
+  EXPECT_EQ(net::describe_trouble(bad), ", 57 packets dropped here");
+}
+
 TEST(Net, LargeTransferBothWaysOnNonBlockingSockets) {
   Pair p = connected_pair();
   net::set_nonblocking(p.a.get(), true);

@@ -461,5 +461,34 @@ TEST(Observability, StallInspectorNamesTheMissingRank) {
   EXPECT_EQ(res[1].output.find("has waited"), std::string::npos) << "rank 1 waits for nothing\n" << res[1].output;
 }
 
+// Every rank in the operation and its data not coming: the wait itself
+// tells what it holds open, with the connection's state (the stall
+// inspector above can only say that no rank is missing).
+TEST(Observability, BlockedWaitTellsWhatItHoldsOpen) {
+  JobOptions jo;
+  jo.env = {{"SHOAL_STALL_WARN", "0.3"}, {"SHOAL_SHM", "0"}};
+  auto res = run_ranks(2, [&](std::shared_ptr<Communicator>& c, int me, int, const auto& store) {
+    c->barrier()->wait();  // seq 1
+    if (me == 1) {
+      await_keys(store, {"failed/0"});
+      return;
+    }
+    float x = 1;
+    OpOptions o;
+    o.timeout = std::chrono::seconds(2);
+    std::string err = message_of([&] { c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, o)->wait(); });
+    SHOAL_CHECK_MSG(!err.empty(), "the allreduce did not fail");
+    store->set_str("failed/0", "1");
+  }, jo);
+  ASSERT_EQ(test::failures(res), "");
+  const std::string& out = res[0].output;
+  const size_t at = out.find("shoal rank 0: a wait in the transport has lasted ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  EXPECT_NE(line.find("receive from rank 1"), std::string::npos) << line;
+  EXPECT_NE(line.find("[conn: open, "), std::string::npos) << line;
+  EXPECT_EQ(res[1].output.find("a wait in the transport"), std::string::npos) << res[1].output;
+}
+
 }  // namespace
 }  // namespace shoal

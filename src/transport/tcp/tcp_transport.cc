@@ -633,8 +633,9 @@ std::string TcpTransport::pending_summary(Request* const* reqs, size_t n) const 
       if (c.fd && c.await_accept) o << ", its answer to the hello not in yet";
       if (c.have_hdr && !c.rx_target) o << ", holds a message for " << describe_tag(c.rx_hdr.tag()) << " not asked for yet";
       o << ", " << c.sendq.size() << " sends queued, " << c.recvq.size() << " receives posted, "
-        << c.staged() << " bytes staged" << (c.readable ? "" : ", drained") << (c.writable ? "" : ", send buffer full")
-        << "]";
+        << c.staged() << " bytes staged" << (c.readable ? "" : ", drained") << (c.writable ? "" : ", send buffer full");
+      if (c.fd) o << net::describe_trouble(net::tcp_health(c.fd.get()));  // the kernel's side of a stall
+      o << "]";
     }
   }
   return o.str();
