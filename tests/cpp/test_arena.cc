@@ -396,7 +396,9 @@ TEST(Arena, CrowdedWaitSleepsAtOnceAfterALongYield) {
     std::atomic<bool> started{false};
     int skipping = -1;
     std::thread waiter([&] {
-      if (apart) ASSERT_EQ(sched_setaffinity(0, sizeof(others), &others), 0);
+      if (apart) {
+        ASSERT_EQ(sched_setaffinity(0, sizeof(others), &others), 0);
+      }
       both[1]->begin(1, transport::Fingerprint{});
       YieldGauge& gauge = YieldGauge::here();
       gauge.yielded(YieldGauge::kLongYield);
