@@ -35,9 +35,10 @@ inline constexpr size_t kMessageHoldMaxBytes = size_t{4} << 20;
 inline WaitSpins wait_spins(bool inline_caller, bool crowded, bool spin_auto, int spin_us, size_t bytes) {
   using Spin = coll::arena::HostArena::Spin;
   if (crowded) return {inline_caller ? spin_us : 0, spin_us, Spin::kYield};
-  const bool hold = inline_caller && spin_auto;
-  const int message_us = !inline_caller ? 0 : hold && bytes <= kMessageHoldMaxBytes ? kHoldUs : spin_us;
-  if (!inline_caller || bytes > kHoldMaxBytes) return {message_us, spin_us, Spin::kShare};
+  if (!inline_caller) return {0, spin_us, Spin::kShare};
+  const bool hold = spin_auto;  // an explicit budget is every wait's spin
+  const int message_us = hold && bytes <= kMessageHoldMaxBytes ? kHoldUs : spin_us;
+  if (bytes > kHoldMaxBytes) return {message_us, spin_us, Spin::kShare};
   return {message_us, hold ? kHoldUs : spin_us, Spin::kHold};
 }
 

@@ -131,7 +131,9 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
   transport::HybridOptions ho;
   ho.liveness = &live;
   const auto warn = parse_stall_warn(env::get("SHOAL_STALL_WARN").value());
-  if (warn.count() > 0) ho.report_every = std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(warn));
+  if (warn.count() > 0) {
+    ho.report_every = std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(warn));
+  }
   w.hybrid = std::make_shared<transport::HybridTransport>(std::move(tcp), std::move(shm), std::move(ho));
   if (size > 1) {
     store.set_str("addr/" + std::to_string(rank), opts.advertise_host + " " + std::to_string(w.tcp->listen_port()) +
