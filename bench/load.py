@@ -15,7 +15,7 @@ SPEC (also `bench/compare --load SPEC`, `bench/torch/... --load SPEC`):
 
 The processes are plain Python (numpy), one thread each (their BLAS
 library's pool is held to one thread: a pool of its own would spin beside
-every burst, and "1" measured 1.75 cores); the random bursts are seeded per
+every burst, and "1" would take 1.75 cores); the random bursts are seeded per
 process, so two runs with one SPEC see the same pattern of bursts.
 """
 
@@ -50,7 +50,7 @@ def parse(spec: str) -> Tuple[str, int, float]:
 
 # A worker's environment: its BLAS library runs the matrix product in the
 # worker's own thread. OpenBLAS (numpy's wheels) otherwise starts a thread
-# per core that spins between products: each worker of "1" took 0.87 of a
+# per core that spins between products: each worker of "1" would take 0.87 of a
 # core, 0.55 of it in that thread, instead of the half its duty sets.
 ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 

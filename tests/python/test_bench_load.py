@@ -36,7 +36,7 @@ def test_a_worker_that_cannot_start_is_an_error(tmp_path, monkeypatch):
 
 def test_every_worker_runs_in_one_thread():
     # A BLAS thread pool beside a worker spins between its products: "1"
-    # then took 1.75 cores where it promises one.
+    # would then take 1.75 cores where it promises one.
     ld = load.Load("burst:2").start()
     try:
         for p in ld.procs:
