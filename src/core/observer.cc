@@ -156,7 +156,7 @@ Observer::Observer(ObserverConfig cfg)
     std::string path = timeline_path(*pattern, cfg_.rank, cfg_.size, cfg_.comm_name, static_cast<long>(getpid()));
     timeline_ = std::make_unique<Timeline>(claim_timeline_path(path, cfg_.comm_name), cfg_.rank, cfg_.comm_name);
   }
-  auto warn = parse_stall_warn(env::get("SHOAL_STALL_WARN").value());
+  auto warn = stall_warn_setting();
   if (warn.count() > 0 && cfg_.size > 1) {
     stall_ = std::make_unique<StallInspector>(cfg_.store, cfg_.rank, cfg_.size, warn);
   }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "collectives/coll.h"
+#include "common/env.h"
 #include "core/debug_log.h"
 #include "shoal/error.h"
 
@@ -80,6 +81,8 @@ std::chrono::nanoseconds parse_stall_warn(const std::string& value) {
   }
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
+
+std::chrono::nanoseconds stall_warn_setting() { return parse_stall_warn(env::get("SHOAL_STALL_WARN").value()); }
 
 StallInspector::StallInspector(std::shared_ptr<Store> store, int rank, int size, std::chrono::nanoseconds warn)
     : store_(std::move(store)), rank_(rank), size_(size), warn_(warn) {}

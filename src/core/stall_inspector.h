@@ -48,6 +48,9 @@ std::string stall_report(int rank, uint8_t coll, uint64_t seq, double waited_s,
 
 // Parses SHOAL_STALL_WARN (seconds, fractions allowed; 0 turns it off).
 std::chrono::nanoseconds parse_stall_warn(const std::string& value);
+// The knob's setting, parsed: the stall inspector's threshold, and how often
+// a blocked transport wait reports (transport::HybridOptions::report_every).
+std::chrono::nanoseconds stall_warn_setting();
 
 class StallInspector {
  public:

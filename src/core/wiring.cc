@@ -130,7 +130,7 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
   }
   transport::HybridOptions ho;
   ho.liveness = &live;
-  const auto warn = parse_stall_warn(env::get("SHOAL_STALL_WARN").value());
+  const auto warn = stall_warn_setting();
   if (warn.count() > 0) {
     ho.report_every = std::max(std::chrono::milliseconds(1), std::chrono::ceil<std::chrono::milliseconds>(warn));
   }

@@ -224,16 +224,13 @@ TEST(PeerWatch, CrowdedWaitsSleepAtOnceWhileYieldsAreLong) {
   EXPECT_EQ(mine, &G::here());
 }
 
-}  // namespace
-}  // namespace shoal
-
 // Which waits of a collective hold their core for the hold budget: the
 // caller's own, with the budget derived, up to 4 MiB per rank for messages
 // and 8 MiB in the arena; never the executor's message waits.
 TEST(PeerWatch, CollectiveWaitsHoldUpToTheirSizeBounds) {
-  using shoal::core::kHoldUs;
-  using shoal::core::wait_spins;
-  using Spin = shoal::coll::arena::HostArena::Spin;
+  using core::kHoldUs;
+  using core::wait_spins;
+  using Spin = coll::arena::HostArena::Spin;
   constexpr size_t MiB = size_t{1} << 20;
   auto w = wait_spins(true, false, true, 200, 4 * MiB);
   EXPECT_EQ(w.message_us, kHoldUs);
@@ -260,3 +257,6 @@ TEST(PeerWatch, CollectiveWaitsHoldUpToTheirSizeBounds) {
   EXPECT_EQ(w.arena_us, 200);
   EXPECT_EQ(w.arena, Spin::kYield);
 }
+
+}  // namespace
+}  // namespace shoal
