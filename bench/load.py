@@ -104,9 +104,14 @@ class Load:
         deadline = time.monotonic() + READY_TIMEOUT_S
         for i, p in enumerate(self.procs):
             left = max(0.0, deadline - time.monotonic())
-            ready = select.select([p.stdout], [], [], left)[0] and p.stdout.readline().strip() == "ready"
-            if not ready:
+            line = p.stdout.readline() if select.select([p.stdout], [], [], left)[0] else None
+            if line is None or line.strip() != "ready":
                 code = p.poll()
+                if line == "":  # its output closed: it is exiting, and its status is moments away
+                    try:
+                        code = p.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        pass
                 self.stop()
                 why = f"it exited with status {code}" if code is not None else f"no word in {READY_TIMEOUT_S:g} s"
                 raise RuntimeError(f"load {self.spec!r}: worker {i} did not start ({why})")
