@@ -187,6 +187,9 @@ def write_markdown(path, args, meta, rows):
                                  or f"-{op}-" in rec["tag"]])
         if far:
             L.append(far)
+        spread = core_probe.by_distance(by, impls, op, op_sizes, fmt_size) if starts else None
+        if spread:
+            L.append(spread)
         L.append(netbed_note(op, by, op_sizes, bed) if bed else target_note(op, by, op_sizes))
         L.append("")
     L.append("Raw rows: `results.jsonl`; plot: `plot.png`; commands: `meta.json`.")
@@ -410,5 +413,6 @@ def median_of_starts(rows):
         g = sorted(groups[k], key=lambda r: r["time_us"])
         med = g[(len(g) - 1) // 2]
         out.append(dict(med, time_us_starts=[r["time_us"] for r in groups[k]],
+                        core_rtt_starts=[r.get("core_rtt_ns") for r in groups[k]],
                         worst_over_median=g[-1]["time_us"] / med["time_us"] if med["time_us"] else None))
     return out

@@ -71,3 +71,51 @@ def note(runs):
                    f"transfers several times slower, so shared-memory times are too): "
                    + ", ".join(f"{impl}" + (f" start {s}" if s else "") + f" ({ns:.0f} ns)"
                                for impl, s, ns in far))
+
+
+def by_distance(by, impls, op, sizes, fmt_size, least=3):
+    """A results.md line, or None: per implementation, the slowest start's time
+    over the median start's among the starts whose round trips before and after
+    were all near (under FAR x the fastest seen in the op's rows), and among
+    those where all were far; the largest over the sizes, where each group has
+    at least `least` starts; sizes written by `fmt_size`. `by[(impl, op, size)]` are median_of_starts rows
+    (`time_us_starts`, `core_rtt_starts`). A machine whose cores move between
+    near and far gives two speeds to anything that passes data between them:
+    the spread over all starts is the placement's, the spread within a group
+    the library's."""
+    rows = [by[(i, op, s)] for i in impls for s in sizes if (i, op, s) in by]
+    seen = [ns for r in rows for rtt in r.get("core_rtt_starts") or () for ns in rtt or () if ns]
+    if not seen or not any(len(r.get("time_us_starts") or ()) >= 2 * least for r in rows):
+        return None
+    limit = FAR * min(seen)
+    parts = []
+    for impl in impls:
+        worst = {}  # group: (worst/median, size, starts)
+        for s in sizes:
+            r = by.get((impl, op, s))
+            if not r or not r.get("core_rtt_starts"):
+                continue
+            groups = {"near": [], "far": []}
+            for t, rtt in zip(r["time_us_starts"], r["core_rtt_starts"]):
+                ns = [x for x in rtt or () if x]
+                if ns and all(x <= limit for x in ns):
+                    groups["near"].append(t)
+                elif ns and all(x > limit for x in ns):
+                    groups["far"].append(t)
+            for g, ts in groups.items():
+                if len(ts) < least:
+                    continue
+                ts = sorted(ts)
+                med = ts[(len(ts) - 1) // 2]
+                w = ts[-1] / med if med else 0.0
+                if w > worst.get(g, (0.0,))[0]:
+                    worst[g] = (w, s, len(ts))
+        if worst:
+            parts.append(f"{impl} " + ", ".join(
+                f"{g} {w:.2f} at {fmt_size(s)} ({n} starts)" for g, (w, s, n) in sorted(worst.items(), key=lambda kv: kv[0] != "near")))
+    if not parts:
+        return None
+    return (f"- worst/median by the cores' distance (the largest over the sizes, among starts whose "
+            f"round trips before and after were all near, under {FAR:g}x the fastest, or all far; "
+            f"the spread between the groups is the placement's): " + "; ".join(parts))
+
