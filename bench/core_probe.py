@@ -75,14 +75,15 @@ def note(runs):
 
 def by_distance(by, impls, op, sizes, fmt_size, least=3):
     """A results.md line, or None: per implementation, the slowest start's time
-    over the median start's among the starts whose round trips before and after
-    were all near (under FAR x the fastest seen in the op's rows), and among
-    those where all were far; the largest over the sizes, where each group has
-    at least `least` starts; sizes written by `fmt_size`. `by[(impl, op, size)]` are median_of_starts rows
-    (`time_us_starts`, `core_rtt_starts`). A machine whose cores move between
-    near and far gives two speeds to anything that passes data between them:
-    the spread over all starts is the placement's, the spread within a group
-    the library's."""
+    over the median start's among the starts on near cores (both round trips,
+    before and after the start, under FAR x the fastest seen in the op's rows)
+    and among those on far cores (both over); the largest over the sizes where
+    a group has at least `least` starts, the sizes written by `fmt_size`.
+    `by[(impl, op, size)]` are median_of_starts rows (`time_us_starts`,
+    `core_rtt_starts`). A machine whose cores move between near and far gives
+    two speeds to anything that passes data between them; within a group the
+    distance is not what differs (as far as a probe before and after can tell:
+    the cores may move during a start)."""
     rows = [by[(i, op, s)] for i in impls for s in sizes if (i, op, s) in by]
     seen = [ns for r in rows for rtt in r.get("core_rtt_starts") or () for ns in rtt or () if ns]
     if not seen or not any(len(r.get("time_us_starts") or ()) >= 2 * least for r in rows):
@@ -110,12 +111,12 @@ def by_distance(by, impls, op, sizes, fmt_size, least=3):
                 w = ts[-1] / med if med else 0.0
                 if w > worst.get(g, (0.0,))[0]:
                     worst[g] = (w, s, len(ts))
-        if worst:
-            parts.append(f"{impl} " + ", ".join(
-                f"{g} {w:.2f} at {fmt_size(s)} ({n} starts)" for g, (w, s, n) in sorted(worst.items(), key=lambda kv: kv[0] != "near")))
+        said = [f"{g} {worst[g][0]:.2f} at {fmt_size(worst[g][1])} ({worst[g][2]} starts)"
+                for g in ("near", "far") if g in worst]
+        if said:
+            parts.append(f"{impl} " + ", ".join(said))
     if not parts:
         return None
-    return (f"- worst/median by the cores' distance (the largest over the sizes, among starts whose "
-            f"round trips before and after were all near, under {FAR:g}x the fastest, or all far; "
-            f"the spread between the groups is the placement's): " + "; ".join(parts))
-
+    return (f"- worst/median among the starts on near cores and among those on far ones (both round "
+            f"trips, before and after the start, under or over {FAR:g}x the fastest; the largest over "
+            f"the sizes): " + "; ".join(parts))

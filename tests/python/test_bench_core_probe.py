@@ -33,7 +33,7 @@ def test_a_slow_near_start_shows():
     by = {("shoal", "allreduce", 8): row([1.0, 1.0, 1.0, 5.0, 1.0, 1.0], [near] * 6)}
     line = core_probe.by_distance(by, ["shoal"], "allreduce", [8], fmt)
     assert "shoal near 5.00 at 8 B (6 starts)" in line, line
-    assert "far" not in line.split("): ")[1]
+    assert "far" not in line.split("sizes): ")[1]
 
 
 def test_nothing_to_say_without_enough_starts_or_probes():
