@@ -31,9 +31,19 @@ namespace {
 // (/proc/<pid>/task/<tid>/stat), whatever the command name holds.
 TEST(PeerWatch, TaskStatGivesStateAndCpu) {
   auto line = [](const std::string& comm, const std::string& state, const std::string& cpu) {
-    std::string s = "4242 (" + comm + ") " + state;
-    for (int f = 4; f <= 38; ++f) s += " " + std::to_string(f * 3);
-    return s + " " + cpu + " 0 0 0 0\n";
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, wrongly) on "..." + std::string.
+    std::string s = "4242 (";
+    s += comm;
+    s += ") ";
+    s += state;
+    for (int f = 4; f <= 38; ++f) {
+      s += ' ';
+      s += std::to_string(f * 3);
+    }
+    s += ' ';
+    s += cpu;
+    s += " 0 0 0 0\n";
+    return s;
   };
   char state = 0;
   int cpu = -1;
