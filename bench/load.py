@@ -5,11 +5,13 @@
 
 SPEC (also `bench/compare --load SPEC`, `bench/torch/... --load SPEC`):
 
-  N            N cores' worth of bursty load: 2N processes, each repeating a
-               compute burst of 1-10 ms (a matrix product in a loop) and a
-               sleep of 1-10 ms (random, uniform): about half a core each on
-               average, in bursts, the shape of a backward pass competing
-               for the cores while gradients are reduced
+  N            N cores' worth of bursty load: 2N processes (rounded, at
+               least one), each repeating a compute burst of 1-10 ms (a
+               matrix product in a loop) and a sleep of 1-10 ms (random,
+               uniform): about half a core each on average, in bursts, the
+               shape of a backward pass competing for the cores while
+               gradients are reduced (a duty of N over the processes where
+               that is not a half: 0.2 is one process at duty 0.2)
   busy:N       N processes spinning without pause (steady load)
   burst:N[:D]  N bursty processes with duty cycle D (default 0.5)
 
@@ -32,20 +34,34 @@ from typing import List, Optional, Tuple
 
 
 def parse(spec: str) -> Tuple[str, int, float]:
-    """(kind, processes, duty) of a SPEC; ValueError naming the spec if bad."""
+    """(kind, processes, duty) of a SPEC; ValueError naming the spec if bad
+    (no load is no --load: N must be above 0)."""
+    def bad(why: str = "expected N, busy:N or burst:N[:DUTY]") -> ValueError:
+        return ValueError(f"--load {spec!r}: {why}")
     try:
         if spec.startswith("busy:"):
-            return "busy", int(spec[5:]), 1.0
-        if spec.startswith("burst:"):
+            kind, n, duty = "busy", int(spec[5:]), 1.0
+        elif spec.startswith("burst:"):
             parts = spec[6:].split(":")
+            if len(parts) > 2:
+                raise bad()
             duty = float(parts[1]) if len(parts) > 1 else 0.5
             if not 0.0 < duty <= 1.0:
-                raise ValueError
-            return "burst", int(parts[0]), duty
-        cores = float(spec)
-        return "burst", max(1, round(2 * cores)), 0.5
-    except (ValueError, IndexError):
-        raise ValueError(f"--load {spec!r}: expected N, busy:N or burst:N[:DUTY]") from None
+                raise bad(f"the duty cycle must be in (0, 1], got {parts[1]}")
+            kind, n = "burst", int(parts[0])
+        else:
+            cores = float(spec)
+            if not 0.0 < cores < float("inf"):
+                raise bad(f"N cores' worth must be above 0 (leave --load out for none), got {spec}")
+            n = max(1, round(2 * cores))
+            kind, duty = "burst", min(1.0, cores / n)
+    except (ValueError, IndexError) as e:
+        if str(e).startswith("--load "):
+            raise
+        raise bad() from None
+    if n < 1:
+        raise bad(f"the number of processes must be at least 1 (leave --load out for none), got {n}")
+    return kind, n, duty
 
 
 # A worker's environment: its BLAS library runs the matrix product in the
@@ -151,8 +167,16 @@ def main(argv: List[str]) -> int:
     if argv[:1] == ["--worker"]:
         _worker(argv[1], float(argv[2]), int(argv[3]))
         return 0
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        parse(argv[0])
+    except ValueError as e:
+        print(f"load.py: error: {e}", file=sys.stderr)
         return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     load = Load(argv[0]).start()

@@ -44,3 +44,15 @@ def test_every_worker_runs_in_one_thread():
             assert len(threads) == 1, f"worker {p.pid} runs {len(threads)} threads"
     finally:
         ld.stop()
+
+
+def test_specs_say_what_they_run_and_bad_ones_are_named():
+    assert load.parse("1") == ("burst", 2, 0.5)
+    assert load.parse("0.2") == ("burst", 1, 0.2)  # one process, not half a core
+    assert load.parse("busy:3") == ("busy", 3, 1.0)
+    assert load.parse("burst:2:0.25") == ("burst", 2, 0.25)
+    for bad, why in (("0", "above 0"), ("-1", "above 0"), ("busy:0", "at least 1"), ("burst:2:0", "duty"),
+                     ("burst:1:2:3", "expected"), ("x", "expected")):
+        with pytest.raises(ValueError, match=why) as e:
+            load.parse(bad)
+        assert repr(bad) in str(e.value)
