@@ -98,10 +98,12 @@ def by_distance(by, impls, op, sizes, fmt_size, least=3):
                 continue
             groups = {"near": [], "far": []}
             for t, rtt in zip(r["time_us_starts"], r["core_rtt_starts"]):
-                ns = [x for x in rtt or () if x]
-                if ns and all(x <= limit for x in ns):
+                ns = list(rtt or ())
+                if len(ns) < 2 or not all(ns):  # a probe before or after failed: neither group
+                    continue
+                if all(x <= limit for x in ns):
                     groups["near"].append(t)
-                elif ns and all(x > limit for x in ns):
+                elif all(x > limit for x in ns):
                     groups["far"].append(t)
             for g, ts in groups.items():
                 if len(ts) < least:

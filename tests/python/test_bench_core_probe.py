@@ -28,6 +28,16 @@ def test_spread_is_read_within_near_and_far_starts():
     assert "shoal near 1.14 at 2048 B (4 starts), far 1.06 at 2048 B (3 starts)" in line, line
 
 
+def test_the_largest_spread_over_sizes_and_only_fully_probed_starts():
+    near, far = [100.0, 100.0], [450.0, 450.0]
+    rtts = [near] * 4 + [far] * 3 + [[100.0, None], [None, 450.0]]
+    by = {("shoal", "allreduce", 8): row([1.0, 1.0, 1.1, 1.0, 3.0, 3.0, 3.0, 50.0, 60.0], rtts),
+          ("shoal", "allreduce", 64): row([1.0, 1.0, 2.0, 1.0, 3.0, 3.0, 4.5, 50.0, 60.0], rtts)}
+    line = core_probe.by_distance(by, ["shoal"], "allreduce", [8, 64], fmt)
+    # The half-probed starts (50 and 60 us) are in neither group; 64 B spreads more than 8 B.
+    assert "shoal near 2.00 at 64 B (4 starts), far 1.50 at 64 B (3 starts)" in line, line
+
+
 def test_a_slow_near_start_shows():
     near = [100.0, 100.0]
     by = {("shoal", "allreduce", 8): row([1.0, 1.0, 1.0, 5.0, 1.0, 1.0], [near] * 6)}
