@@ -38,27 +38,26 @@ def parse(spec: str) -> Tuple[str, int, float]:
     (no load is no --load: N must be above 0)."""
     def bad(why: str = "expected N, busy:N or burst:N[:DUTY]") -> ValueError:
         return ValueError(f"--load {spec!r}: {why}")
+    kind, _, rest = spec.partition(":") if spec.startswith(("busy:", "burst:")) else ("", "", spec)
+    fields = rest.split(":")
     try:
-        if spec.startswith("busy:"):
-            kind, n, duty = "busy", int(spec[5:]), 1.0
-        elif spec.startswith("burst:"):
-            parts = spec[6:].split(":")
-            if len(parts) > 2:
-                raise bad()
-            duty = float(parts[1]) if len(parts) > 1 else 0.5
-            if not 0.0 < duty <= 1.0:
-                raise bad(f"the duty cycle must be in (0, 1], got {parts[1]}")
-            kind, n = "burst", int(parts[0])
-        else:
+        if kind == "busy" and len(fields) == 1:
+            n, duty = int(rest), 1.0
+        elif kind == "burst" and len(fields) <= 2:
+            n, duty = int(fields[0]), float(fields[1]) if len(fields) == 2 else 0.5
+        elif not kind:
             cores = float(spec)
-            if not 0.0 < cores < float("inf"):
-                raise bad(f"N cores' worth must be above 0 (leave --load out for none), got {spec}")
-            n = max(1, round(2 * cores))
-            kind, duty = "burst", min(1.0, cores / n)
-    except (ValueError, IndexError) as e:
-        if str(e).startswith("--load "):
-            raise
+        else:
+            raise ValueError
+    except ValueError:
         raise bad() from None
+    if not kind:
+        if not 0.0 < cores < float("inf"):
+            raise bad(f"N cores' worth must be above 0 (leave --load out for none), got {spec}")
+        kind, n = "burst", max(1, round(2 * cores))
+        duty = cores / n  # a half where 2N is whole
+    if not 0.0 < duty <= 1.0:
+        raise bad(f"the duty cycle must be in (0, 1], got {fields[1]}")
     if n < 1:
         raise bad(f"the number of processes must be at least 1 (leave --load out for none), got {n}")
     return kind, n, duty
@@ -174,12 +173,12 @@ def main(argv: List[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     try:
-        parse(argv[0])
+        load = Load(argv[0])  # checks the spec
     except ValueError as e:
         print(f"load.py: error: {e}", file=sys.stderr)
         return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    load = Load(argv[0]).start()
+    load.start()
     print(f"load: {load.describe()}; Ctrl-C ends it", flush=True)
     try:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
