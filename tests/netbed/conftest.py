@@ -1,4 +1,5 @@
-"""Fixtures for the net bed tests (bench/netbed).
+"""Fixtures for the net bed tests (tools/netbed, imported as a package from the repository
+root: pyproject.toml puts the root on pytest's path).
 
 `bed` is one 2-host bed (network namespaces on a bridge, 10 Gbit/s links) shared by
 the module; it is removed by the fixture's finalizer whatever the tests do. Where a
@@ -7,15 +8,13 @@ needs one is skipped, naming what failed.
 """
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+from tools import netbed
 
-import netbed  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 SHOAL_PERF = REPO / "build" / "bin" / "shoal-perf"
 VENV_PY = REPO / ".venv" / "bin" / "python"

@@ -1,4 +1,4 @@
-"""The net bed (bench/netbed): two "hosts" as network namespaces on a bridge, shaped links.
+"""The net bed (tools/netbed): two "hosts" as network namespaces on a bridge, shaped links.
 
 - every collective shoal-perf offers, with --check, on 2 hosts x 2 ranks (odd counts
   from 1 element to several 1 MiB segments; rooted ones rooted on the second host);
@@ -20,10 +20,12 @@ import time
 
 import pytest
 
-import netbed
 from conftest import REPO, SHOAL_PERF, assert_every_rank, root_network_state
+from tools import netbed
+from tools.netbed.link_probe import tcp_probe
 
-NETBED_CLI = [sys.executable, str(REPO / "bench" / "netbed")]
+# The bed's one command line, run where `tools` is a package (subprocess.run(..., cwd=REPO)).
+NETBED_CLI = [sys.executable, "-m", "tools.netbed"]
 PER_HOST = 2
 
 try:
@@ -165,10 +167,9 @@ def test_shaper_holds_the_line_rate(netns_ok, shoal_perf):
 
 
 def test_tcp_probe_measures_the_shaped_rate(netns_ok):
-    # bench/netbed/probe.py, the reference of bench/compare's "% of what TCP moves":
+    # tools/netbed/link_probe.py, the reference of bench/compare's "% of what TCP moves":
     # at 1 Gbit/s, far below what this machine's CPUs move, it must see the shaper's
     # limit (the bucket adds at most its size once), one way and both ways at once.
-    from netbed.probe import tcp_probe
     with netbed.NetBed(hosts=2, rate="1gbit", delay_us=0) as bed:
         link = bed.link_GBps
         allowance = link + bed.burst / 1.0 / 1e9  # the rate plus one bucket over the 1 s window
@@ -234,16 +235,15 @@ def test_mpirun_across_the_bed(bed):
 
 def bed_process(code):
     """A Python process that builds a bed, prints its prefix, then runs `code`."""
-    prog = ("import sys; sys.path.insert(0, %r)\n"
-            "from netbed import NetBed\n"
+    prog = ("from tools.netbed import NetBed\n"
             "with NetBed(hosts=2, delay_us=0) as bed:\n"
             "    print(bed.prefix, flush=True)\n"
-            "    %s\n") % (str(REPO / "bench"), code)
+            "    %s\n") % code
     # SIGINT back to its default: a test run started in the background by a
     # non-interactive shell (`make test &`) inherits it ignored, and the owner
     # would never see the SIGINT the test sends.
     p = subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
+                         stderr=subprocess.PIPE, text=True, cwd=REPO,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     prefix = p.stdout.readline().strip()
     assert prefix, p.stderr.read()
@@ -297,7 +297,7 @@ def test_cli_run_and_cleanup(netns_ok):
     r = subprocess.run(NETBED_CLI + ["run", "--hosts", "2", "--per-host", "2", "--rate",
                                      "5gbit", "--delay-us", "0", "--prefix", "nbclitest",
                                      "--", "sh", "-c", 'echo "r$RANK"'],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert sorted(line.split()[-1] for line in r.stdout.splitlines()) == ["r0", "r1", "r2", "r3"]
     assert "5 Gbit/s" in r.stderr
@@ -305,11 +305,11 @@ def test_cli_run_and_cleanup(netns_ok):
     # A failing command: its exit code, and still nothing left.
     r = subprocess.run(NETBED_CLI + ["run", "--hosts", "2", "--prefix", "nbclitest", "--",
                                      "sh", "-c", 'exit $((RANK + 4))'],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, cwd=REPO)
     assert r.returncode in (4, 5) and "job failed" in r.stderr, r.stderr
     assert gone("nbclitest")
     # Leftovers (as after a crash of an owner without its guard) go with `cleanup`.
     subprocess.run(["ip", "netns", "add", "nbclitest-h0"], check=True)
     r = subprocess.run(NETBED_CLI + ["cleanup", "--prefix", "nbclitest"], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=60, cwd=REPO)
     assert r.returncode == 0 and gone("nbclitest"), r.stderr

@@ -1,6 +1,6 @@
 """What a bed stands on: short commands (ip, tc), network namespaces and the
 processes in them, the state files that let a later process find a bed, and
-cleanup (netbed.py builds beds on these)."""
+cleanup (bed.py builds beds on these)."""
 
 import ctypes
 import json

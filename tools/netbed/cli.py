@@ -1,4 +1,5 @@
-"""The netbed command line: `python3 bench/netbed ...` (see netbed.py and docs/netbed.md)."""
+"""The netbed command line, `python3 -m tools.netbed ...` from the repository root (see bed.py
+and docs/netbed.md)."""
 
 import argparse
 import json
@@ -13,7 +14,8 @@ from pathlib import Path
 from .namespaces import (NetBedError, NetBedUnavailable, PREFIX_RE, PREFIX_STEM, all_states,
                          cleanup, cleanup_stale, list_netns, log, owner_alive, probe, read_state,
                          state_dir)
-from .netbed import (NetBed, SHOAL_PERF, check_bed)
+from .bed import NetBed, SHOAL_PERF, check_bed
+from .link_probe import worker as probe_worker
 
 
 # --------------------------------------------------------------------------- CLI
@@ -201,6 +203,11 @@ def cmd_info(a):
     return 0
 
 
+def cmd_probe_worker(a):
+    probe_worker(a.addrs.split(","), a.seconds, a.both_ways == "1")
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="netbed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -263,6 +270,12 @@ def main(argv=None):
     g = sub.add_parser("_guard", help=argparse.SUPPRESS)
     g.add_argument("--prefix", required=True)
     g.set_defaults(func=cmd_guard)
+
+    w = sub.add_parser("_probe-worker", help=argparse.SUPPRESS)  # link_probe.py's ranks in the bed
+    w.add_argument("addrs")
+    w.add_argument("seconds", type=float)
+    w.add_argument("both_ways", choices=("0", "1"))
+    w.set_defaults(func=cmd_probe_worker)
 
     a = p.parse_args(argv)
     try:

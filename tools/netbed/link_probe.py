@@ -15,14 +15,16 @@ the receiver divides the bytes it got by the time from that byte to the end of t
 stream, so no byte reaches a socket buffer before the clock starts (a receiver that came
 late would otherwise count a buffer's worth for free). The result is the mean per
 direction (GB/s, 1e9 B/s).
-Stdlib only; the worker is this file run as a script inside the bed's namespaces.
+Stdlib only; the worker runs inside the bed's namespaces as the command line's hidden
+`_probe-worker` (cli.py).
 """
 import json
 import os
 import socket
-import sys
 import threading
 import time
+
+from .bed import CLI, ROOT
 
 CHUNK = 4 << 20
 PROBE_PORT = 29650
@@ -101,9 +103,8 @@ def tcp_probe(bed, seconds=2.0, streams=1, both_ways=False, timeout=60.0):
     streams: connections per direction (one per local rank); both_ways: host 1 sends to
     host 0 at the same time. Returns {"GBps": per direction, "streams", "both_ways",
     "seconds"}; raises on a failed job."""
-    argv = [sys.executable, os.path.abspath(__file__), "worker", ",".join(bed.addrs[:2]),
-            str(seconds), "1" if both_ways else "0"]
-    res = bed.job(argv, per_host=streams, hosts=2, timeout=timeout)
+    argv = CLI + ["_probe-worker", ",".join(bed.addrs[:2]), str(seconds), "1" if both_ways else "0"]
+    res = bed.job(argv, per_host=streams, hosts=2, timeout=timeout, cwd=ROOT)
     res.raise_for_status()
     per_dir = {0: [0, 0.0], 1: [0, 0.0]}
     for r in res.ranks:
@@ -117,7 +118,3 @@ def tcp_probe(bed, seconds=2.0, streams=1, both_ways=False, timeout=60.0):
         raise RuntimeError("the probe received nothing")
     return {"GBps": sum(rates) / len(rates), "streams": streams, "both_ways": both_ways,
             "seconds": seconds}
-
-
-if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "worker":
-    worker(sys.argv[2].split(","), float(sys.argv[3]), sys.argv[4] == "1")

@@ -1,6 +1,8 @@
 """CPU time per collective on the net bed: is a run bound by the links or by the CPUs?
 
-    python3 bench/netbed/cpu_cost.py [--op allreduce] [--size 16M] [--per-host 2] [--reps 3]
+    python3 -m bench.probes.bed_cpu_cost [--op allreduce] [--size 16M] [--per-host 2] [--reps 3]
+
+(from the repository root; the bed is tools/netbed).
 
 Runs shoal-perf on a fresh bed (2 hosts, default shaping) twice per repetition, with
 5 and 45 timed iterations, and reads the machine's busy CPU time (/proc/stat) around
@@ -15,8 +17,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from netbed import NetBed  # noqa: E402
+from tools.netbed import NetBed
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USER_HZ = os.sysconf("SC_CLK_TCK")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """netbed: several "hosts" on one machine, for multi-host tests and benchmarks.
 
 Each host is a network namespace with one interface, `nb0`, whose other end
@@ -9,15 +8,15 @@ directions with a `tc tbf` qdisc (default 10 Gbit/s); a one-way delay (default
 applied where it does not. Addresses come from a private /24 that no route of
 the root namespace covers, and exist only inside the bed's namespaces.
 
-Python API (stdlib only):
+Python API (stdlib only), from the repository root:
 
-    from netbed import NetBed
+    from tools.netbed import NetBed
     with NetBed(hosts=2, rate="10gbit", delay_us=50) as bed:
         res = bed.job(["build/bin/shoal-perf", "--op", "allreduce", "--check"], per_host=2)
         res.raise_for_status()
         print(res.ranks[0].stdout)
 
-Command line (`python3 bench/netbed ...` or `bench/netbed/netbed.py ...`):
+Command line (`python3 -m tools.netbed ...`, cli.py):
 
     netbed run --hosts 2 --per-host 2 [--rate 10gbit] [--delay-us 50] -- CMD ...
     netbed check [--hosts 2 --per-host 2]      shoal-perf --check for every op
@@ -28,13 +27,6 @@ Everything is removed on exit: on exceptions, on SIGINT/SIGTERM/SIGHUP, and,
 through a small guard process that waits for its owner to go away, even when
 the owner is killed with SIGKILL. See docs/netbed.md.
 """
-
-if __name__ == "__main__":  # `bench/netbed/netbed.py ...`: the command line, through the package
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from netbed.cli import main
-    sys.exit(main())
 
 import hashlib
 import ipaddress
@@ -60,8 +52,9 @@ from .results import JobResult, RankResult
 __all__ = ["NetBed", "NetBedError", "NetBedUnavailable", "JobResult", "RankResult",
            "cleanup", "parse_rate", "probe", "shoal_perf_ops"]
 
-HERE = Path(__file__).resolve()
-ROOT = HERE.parents[2]
+ROOT = Path(__file__).resolve().parents[2]
+# The one command line of the bed; run from ROOT, where `tools` is a package.
+CLI = [sys.executable, "-m", "tools.netbed"]
 SHOAL_PERF = ROOT / "build" / "bin" / "shoal-perf"
 
 IFACE = "nb0"            # the host's interface, same name in every host namespace
@@ -256,7 +249,7 @@ class NetBed:
         # Waits for EOF on stdin (this process closed it, or died), then removes the bed.
         # Its own session: a terminal's Ctrl-C does not reach it.
         self._guard = subprocess.Popen(
-            [sys.executable, str(HERE), "_guard", "--prefix", self.prefix],
+            CLI + ["_guard", "--prefix", self.prefix], cwd=ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True)
 
@@ -570,7 +563,7 @@ class NetBed:
                else 'exec ip netns exec "$ns" sh -c "$*"')
         agent.write_text(
             "#!/bin/sh\n"
-            "# netbed: Open MPI's plm_rsh_agent for this bed (written by netbed.py).\n"
+            "# netbed: Open MPI's plm_rsh_agent for this bed (written by tools/netbed/bed.py).\n"
             "# Called like ssh: AGENT [options] HOST COMMAND...; runs COMMAND with sh in\n"
             "# the network namespace of HOST (a bed address or namespace name).\n"
             "while [ $# -gt 0 ]; do\n"
