@@ -1,5 +1,5 @@
 # shoal — the two commands: `make demo` and `make test` (each sets itself up).
-.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-tensorflow test-netbed test-package test-asan test-fuzz demo demo-perf bench clean
+.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-tensorflow test-netbed test-bench test-package test-asan test-fuzz demo demo-perf bench clean
 
 BUILD      ?= build
 # One clang AddressSanitizer tree serves the ASan test run and the fuzzers.
@@ -51,9 +51,13 @@ test-tensorflow: build
 test-cpp: build
 	$(call scratch,cpp) cd $(BUILD) && ctest --output-on-failure -j 1
 
-# Multi-host tests on a net bed (network namespaces; skipped, with the reason, without root).
+# Multi-host tests on a net bed (tools/netbed: network namespaces; skipped, with the reason, without root).
 test-netbed: build
 	$(call scratch,netbed) .venv/bin/python -m pytest -q tests/netbed
+
+# The benchmark scripts' own tests and the size limit of the committed baselines (a few seconds).
+test-bench: setup-python
+	$(call scratch,bench) .venv/bin/python -m pytest -q bench/probes/tests
 
 # shoal as users install it (docs/install.md): the wheel `pip wheel` makes of
 # this checkout, installed into a fresh venv with the same torch and used from
@@ -71,7 +75,7 @@ test-package: build
 test-asan: build-asan
 	$(call scratch,asan) cd $(SAN_BUILD) && SHOAL_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 1 -E '^(shm_copy|tcp)\.'
 
-test: test-cpp test-launcher test-python test-tensorflow test-netbed test-package test-asan test-fuzz
+test: test-cpp test-launcher test-python test-tensorflow test-netbed test-bench test-package test-asan test-fuzz
 
 # The fuzzers (tests/fuzz, libFuzzer + AddressSanitizer, clang): each runs for
 # FUZZ_SECONDS on a scratch copy of its committed seed corpus; a crash, leak or
@@ -99,8 +103,9 @@ demo: build
 demo-perf: build
 	@tools/demo.sh
 
+# The side-by-side comparison and the torch one; raw rows and plots go to bench/out/ (bench/README.md).
 bench: build
-	bench/compare
+	.venv/bin/python -m bench.compare
 	.venv/bin/python bench/torch/compare_torch.py
 
 clean:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-TORCH_BENCH = ROOT / "bench" / "peers" / "torch_collective_bench.py"
+TORCH_BENCH = "bench.compare.peers.torch_collective_bench"  # run as a module, from ROOT
 DDP_BENCH = ROOT / "bench" / "torch" / "ddp_step.py"
 SHOAL_PERF = ROOT / "build" / "bin" / "shoal-perf"
 
@@ -90,7 +90,7 @@ def main():
         load.append(open("/proc/loadavg").read().split()[0])
         for impl, extra in (("gloo", ["--backend", "gloo"]),
                             ("shoal", ["--backend", "shoal", "--import", "shoal.torch"])):
-            rows = run([PY, str(TORCH_BENCH)] + extra + common, logs / f"{impl}-{rnd}.txt")
+            rows = run([PY, "-m", TORCH_BENCH] + extra + common, logs / f"{impl}-{rnd}.txt")
             for r in rows:
                 r["impl"] = impl
                 k = (impl, r["op"], int(r["bytes"]))
@@ -128,7 +128,7 @@ def main():
          f"- date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
          f"- command: `{shlex.join(['bench/torch/compare_torch.py'] + sys.argv[1:])}`",
          f"- CPUs: {os.cpu_count()}; load average (1 min) at the start of each round: {', '.join(load)}",
-         "- torch rows: bench/peers/torch_collective_bench.py (median time, max over ranks; best of "
+         "- torch rows: bench/compare/peers/torch_collective_bench.py (median time, max over ranks; best of "
          f"{a.rounds} rounds); raw: build/bin/shoal-perf (same sizes)", ""]
     for op in a.ops.split(","):
         sizes = sorted({k[2] for k in best if k[1] == op})

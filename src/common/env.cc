@@ -34,7 +34,7 @@ const Knob kKnobs[] = {
      "and does not yield from the start. A wait for messages (TCP, the shared-memory rings) holds "
      "the core otherwise, giving it away only while the main thread of the peer's process is "
      "queued on it: a core given away goes to a busy neighbour for a whole time slice "
-     "(bench/peers/README.md, \"The spin under load\")."},
+     "(bench/compare/peers/README.md, \"The spin under load\")."},
     {"SHOAL_SEGMENT_BYTES", "524288", nullptr,
      "Pipelining segment of large transfers (bench/results/segment-sweep)."},
     {"SHOAL_SOCKET_BUFFER", "4194304", nullptr,

@@ -318,7 +318,7 @@ void HybridTransport::wait(Request* const* reqs, size_t n, Clock::time_point dea
       // runnable task for a whole time slice: beside bursty load, 2 ranks'
       // 8 B allreduce over TCP took 55 us to 7.9 ms per call (median start
       // 5.8 ms) yielding after every empty poll, against 15-18 us holding
-      // the core (bench/peers/README.md, "The spin under load").
+      // the core (bench/compare/peers/README.md, "The spin under load").
       // Two ranks the scheduler keeps on one CPU take turns on it at every
       // step while another core may be idle: then one moves (BesideLooks).
       if (!spin_yield_ && now >= look_at) {

@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
                "issue each operation asynchronously and wait on it (the path of async callers) instead "
                "of as a blocking call, which runs small operations in the calling thread");
   app.add_flag("--barrier", cfg.barrier,
-               "precede each timed iteration with an untimed barrier, as bench/peers' Gloo and MPI "
+               "precede each timed iteration with an untimed barrier, as bench/compare/peers' Gloo and MPI "
                "runs do (otherwise iterations run back to back, and a rank late from the last one "
                "shows in the next one's time)");
   app.add_flag("--touch", cfg.touch,

@@ -5,7 +5,7 @@
 // cache, the writer first takes each line back from the peers that read it
 // two rounds before: cheap where the cores share a last-level cache, many
 // times dearer where they do not (other core complexes or sockets; on a VM,
-// wherever the host puts the virtual CPUs at the time: bench/core_rtt.c).
+// wherever the host puts the virtual CPUs at the time: bench/probes/core_rtt.c).
 // On the 2-vCPU EPYC VM, filling a 1 MiB slot took 30 us with the vCPUs
 // close and 280-520 us with them apart; streamed (non-temporal stores, the
 // lines go to memory without being taken back first) 43-58 us either way,

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """nccl-tests style benchmark of torch.distributed collectives (CPU tensors).
 
 Used by bench/compare as the Gloo peer (``--backend gloo``); the same script runs
@@ -17,7 +16,7 @@ synchronous and timed alone with time.perf_counter. Reported time: median per
 rank, max of the medians across ranks. The last iteration's result is checked.
 
 One JSON object per line per (op, size) on rank 0's stdout, same fields as
-bench/peers/mpi_bench.c: impl, op, bytes, count, dtype, time_us, algbw, busbw,
+bench/compare/peers/mpi_bench.c: impl, op, bytes, count, dtype, time_us, algbw, busbw,
 wrong (+ iters, warmup, np). bytes is the output size per rank for allgather
 and the input size per rank for reduce_scatter (as nccl-tests).
 """
@@ -27,7 +26,9 @@ import statistics
 import sys
 import time
 
-import peer_common as PC
+from bench.compare.peers import peer_common as PC
+
+MODULE = "bench.compare.peers.torch_collective_bench"  # python3 -m MODULE, from the repository root
 
 OPS = ("allreduce", "allgather", "broadcast", "reduce_scatter")
 OP_ALIASES = {"all_reduce": "allreduce", "all_gather": "allgather",
@@ -48,7 +49,7 @@ def parse_args(argv=None):
 
 
 def launch(args, argv):
-    me = [sys.executable, os.path.abspath(__file__)] + list(argv)
+    me = [sys.executable, "-m", MODULE] + list(argv)
     return PC.run_ranks("torch_collective_bench", [(me, env) for env in PC.rank_envs(args.np, PC.free_port())],
                         args.timeout)
 

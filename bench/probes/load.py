@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Interference for benchmarks: other work sharing the cores, steady or bursty.
 
-    bench/load.py SPEC            # runs until killed (SIGTERM/SIGINT)
+    bench/probes/load.py SPEC            # runs until killed (SIGTERM/SIGINT)
 
-SPEC (also `bench/compare --load SPEC`, `bench/torch/... --load SPEC`):
+SPEC (also `python3 -m bench.compare --load SPEC`, `bench/torch/... --load SPEC`):
 
   N            N cores' worth of bursty load: 2N processes (rounded, at
                least one), each repeating a compute burst of 1-10 ms (a

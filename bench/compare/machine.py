@@ -7,7 +7,7 @@ import platform
 import subprocess
 import time
 
-from compare_report import info, warn
+from bench.compare.report import info, warn
 
 
 def cpu_jiffies():

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """nccl-tests style benchmark of Intel oneCCL collectives (CPU buffers, C++ API).
 
 A reference peer for bench/compare, with the same command line, method and
-output as bench/peers/torch_collective_bench.py and bench/peers/mpi_bench.c.
+output as bench/compare/peers/torch_collective_bench.py and bench/compare/peers/mpi_bench.c.
 oneCCL's torch binding (oneccl_bind_pt) is not on PyPI (only on Intel's own
 index, which is out of reach here, and built per torch release), so this drives
 oneCCL directly: the C++ program below (ONECCL_CC) is
@@ -68,14 +67,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-import peer_common as PC
+from bench.compare.peers import peer_common as PC
+
+MODULE = "bench.compare.peers.oneccl_bench"  # python3 -m MODULE, from the repository root
 
 OPS = ("allreduce", "allgather", "broadcast", "reduce_scatter")
 OP_ALIASES = {"all_reduce": "allreduce", "all_gather": "allgather",
               "all_gather_into_tensor": "allgather", "bcast": "broadcast",
               "reduce_scatter_tensor": "reduce_scatter"}
 SCRIPT = Path(__file__).resolve()
-ROOT = SCRIPT.parent.parent.parent
+ROOT = SCRIPT.parents[3]
 
 ONECCL_CC = SCRIPT.with_suffix(".cc")   # the program: oneCCL's C++ API, timed as mpi_bench.c
 

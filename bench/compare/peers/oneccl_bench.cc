@@ -1,5 +1,5 @@
 // oneccl_bench.cc - nccl-tests style benchmark of oneCCL (C++ API, CPU buffers).
-// Same method and output as bench/peers/mpi_bench.c; see oneccl_bench.py.
+// Same method and output as bench/compare/peers/mpi_bench.c; see oneccl_bench.py.
 #include <oneapi/ccl.hpp>
 
 #include <algorithm>

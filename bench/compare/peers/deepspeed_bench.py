@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """nccl-tests style benchmark of DeepSpeed's shared-memory CPU allreduce.
 
 A reference peer for bench/compare, with the same command line, method and
-output as bench/peers/torch_collective_bench.py (impl "deepspeed-shm").
+output as bench/compare/peers/torch_collective_bench.py (impl "deepspeed-shm").
 
 What it measures: deepspeed.comm.inference_all_reduce() with DS_ACCELERATOR=cpu,
 which calls torch.ops.deepspeed.inference_all_reduce_ from DeepSpeed's
@@ -65,7 +64,9 @@ import subprocess
 import sys
 import time
 
-import peer_common as PC
+from bench.compare.peers import peer_common as PC
+
+MODULE = "bench.compare.peers.deepspeed_bench"  # python3 -m MODULE, from the repository root
 
 OPS = ("allreduce",)
 OP_ALIASES = {"all_reduce": "allreduce", "inference_all_reduce": "allreduce"}
@@ -131,7 +132,7 @@ def build_op():
 def launch(args, argv):
     env0 = base_env(dict(os.environ))
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--build-only"], env=env0,
+    r = subprocess.run([sys.executable, "-m", MODULE, "--build-only"], env=env0,
                        stdout=sys.stderr, timeout=args.timeout)
     if r.returncode != 0:
         print("deepspeed_bench: building DeepSpeed's shm op failed", file=sys.stderr)
@@ -139,7 +140,7 @@ def launch(args, argv):
     print(f"deepspeed_bench: shm op ready ({time.monotonic() - t0:.1f} s)", file=sys.stderr,
           flush=True)
     port = PC.free_port()
-    me = [sys.executable, os.path.abspath(__file__)] + list(argv)
+    me = [sys.executable, "-m", MODULE] + list(argv)
     envs = PC.rank_envs(args.np, port, {"LOCAL_SIZE": str(args.np)})
     try:
         return PC.run_ranks("deepspeed_bench", [(me, base_env(env)) for env in envs], args.timeout)

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Counts the starts of a command that stall: run it N times, beside load,
 and call a start stalled when it has not ended within a bound.
 
-    bench/stall_starts.py [--starts N] [--bound S] [--load SPEC] -- CMD ...
+    python3 -m bench.probes.stall_starts [--starts N] [--bound S] [--load SPEC] -- CMD ...
 
 For each stalled start it keeps `ss -tnmi` (every TCP socket's queues,
 memory, drops and retransmission state) in out/stall-<i>.ss, then kills
@@ -22,8 +21,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import load  # noqa: E402
+from bench.probes import load
 
 
 def drop_counters() -> dict:
@@ -41,7 +39,7 @@ def main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--starts", type=int, default=20)
     ap.add_argument("--bound", type=float, default=40.0, help="seconds after which a start counts as stalled")
-    ap.add_argument("--load", default="1", help="bench/load.py SPEC, or 0 for none")
+    ap.add_argument("--load", default="1", help="bench/probes/load.py SPEC, or 0 for none")
     ap.add_argument("--out", default="out", help="where the ss snapshots go")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)

@@ -2,10 +2,10 @@
 # Times every algorithm of a collective, forced with --algo, over sizes and
 # world sizes: the measurements behind the thresholds in
 # src/collectives/select.cc (see docs/algorithms.md).
-#   bench/algo_sweep [out_dir] ["2 4 8"]   (default bench/out/algo-sweep, 2 and 4 ranks;
+#   bench/probes/algo_sweep.sh [out_dir] ["2 4 8"]   (default bench/out/algo-sweep, 2 and 4 ranks;
 #   give bench/results/algo-sweep to replace the curated baseline)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${1:-bench/out/algo-sweep}
 PERF=build/bin/shoal-perf
 mkdir -p "$OUT"

@@ -1,17 +1,19 @@
-#!/usr/bin/env python3
 """Before/after of algorithms on this machine: short shoal-perf runs, each
 algorithm forced in turn (--algo), alternating, R rounds; per size the
 median and the best of the R runs' medians. Alternating is what makes the
 comparison fair on a machine whose speed drifts over minutes: each round
 sees every algorithm within a few seconds of the others.
 
-  bench/ab_algos --op allgather --algos shared,shared_cma -b 16K -e 1M \
-      [--np 2] [--rounds 5] [--iters 2000] [-f 2] [--barrier] [--load SPEC] [--out DIR]
+  python3 -m bench.probes.ab_algos --op allgather --algos shared,shared_cma -b 16K -e 1M \
+      [--np 2] [--rounds 5] [--iters 2000] [-f 2] [--barrier] [--load SPEC] [--out DIR | --baseline NAME]
 
---load SPEC runs bench/load.py's interference (as bench/compare --load) beside
+--load SPEC runs bench/probes/load.py's interference (as bench.compare --load) beside
 every run, started before the first round and stopped after the last.
 
-Prints a Markdown table (and writes it, with every run, under --out).
+Prints a Markdown table. With --out DIR it writes results.md, summary.json (per
+algorithm and size: median, p10 and p90 over the rounds) and runs.jsonl (every
+run's rows) into DIR; with --baseline NAME results.md and summary.json into
+bench/results/NAME and runs.jsonl into bench/out/NAME (ignored by git).
 """
 import argparse
 import json
@@ -21,8 +23,13 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PERF = os.path.join(HERE, "..", "build", "bin", "shoal-perf")
+from bench import baseline
+from bench.probes.load import Load
+
+PERF = str(baseline.ROOT / "build" / "bin" / "shoal-perf")
+SUMMARY_COLUMNS = ["algo", "op", "bytes", "rounds", "time_us_median", "time_us_p10", "time_us_p90"]
+SUMMARY_NOTE = ("per forced algorithm and size, over the alternating rounds: median, p10 and p90 of "
+                "shoal-perf's time_us (median over iterations, slowest rank)")
 
 
 def run_once(args, algo):
@@ -64,16 +71,23 @@ def main():
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("-f", "--stepfactor", type=int, default=2)
     p.add_argument("--barrier", action="store_true", help="an untimed barrier before each timed iteration")
-    p.add_argument("--load", default=None, metavar="SPEC", help="interference beside every run (bench/load.py)")
-    p.add_argument("--out", default=None, help="directory for results.md and runs.jsonl")
+    p.add_argument("--load", default=None, metavar="SPEC",
+                   help="interference beside every run (bench/probes/load.py)")
+    p.add_argument("--out", default=None, help="directory for results.md, summary.json and runs.jsonl")
+    p.add_argument("--baseline", default=None, metavar="NAME",
+                   help="results.md and summary.json into bench/results/NAME, runs.jsonl into bench/out/NAME")
     args = p.parse_args()
+    if args.out and args.baseline:
+        p.error("--out and --baseline exclude each other")
+    try:
+        out, raw = baseline.folders(args.baseline) if args.baseline else (args.out, args.out)
+    except ValueError as e:
+        p.error(str(e))
     args.algos = args.algos.split(",")
     if args.rounds < 1 or len(args.algos) < 2:
         p.error("--rounds >= 1 and at least two --algos")
     times = {a: {} for a in args.algos}
     runs = []
-    sys.path.insert(0, HERE)
-    from load import Load
     with Load(args.load) as load:
         for r in range(args.rounds):
             for a in args.algos:
@@ -85,18 +99,33 @@ def main():
     md = (f"# {args.op}: {' vs '.join(args.algos)}, {args.np} ranks\n\n"
           f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}; {os.cpu_count()} x {model}; "
           f"load average {' '.join(open('/proc/loadavg').read().split()[:3])}\n"
-          f"- command: `bench/ab_algos {' '.join(sys.argv[1:])}`\n"
+          f"- command: `python3 -m bench.probes.ab_algos {' '.join(sys.argv[1:])}`\n"
           f"- interference: {load.describe()}\n"
           f"- time_us of shoal-perf (median over iterations, slowest rank); per size the median and the best "
           f"of {args.rounds} alternating runs\n\n" + table(args, times) + "\n")
+    if out:
+        where = os.path.relpath(raw, baseline.ROOT) if raw != out else "."
+        md += (f"\nMedian, p10 and p90 over the rounds: `summary.json`; every run's rows: "
+               f"`{where}/runs.jsonl`" + (" (written by the command, ignored by git)" if raw != out else "") + ".\n")
     print(md)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "results.md"), "w") as f:
+    if out:
+        os.makedirs(out, exist_ok=True)
+        os.makedirs(raw, exist_ok=True)
+        with open(os.path.join(out, "results.md"), "w") as f:
             f.write(md)
-        with open(os.path.join(args.out, "runs.jsonl"), "w") as f:
+        baseline.write_summary(os.path.join(out, "summary.json"), SUMMARY_COLUMNS, summarize(args.op, runs),
+                               SUMMARY_NOTE)
+        with open(os.path.join(raw, "runs.jsonl"), "w") as f:
             for row in runs:
                 f.write(json.dumps(row) + "\n")
+
+
+def summarize(op, runs):
+    """Rows of SUMMARY_COLUMNS from the runs' rows (each with algo_forced and bytes)."""
+    times = {}
+    for row in runs:
+        times.setdefault((row["algo_forced"], int(row["bytes"])), []).append(row["time_us"])
+    return [[algo, op, size, len(v)] + baseline.spread(v) for (algo, size), v in times.items()]
 
 
 if __name__ == "__main__":

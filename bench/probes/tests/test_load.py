@@ -1,14 +1,12 @@
-"""bench/load.py, the interference `bench/compare --load` runs beside every
+"""bench/probes/load.py, the interference `python3 -m bench.compare --load` runs beside every
 implementation: start() returns once every worker is in its loop, and a
 worker that cannot start is an error, not a benchmark run without load."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import load  # noqa: E402
+from bench.probes import load
 
 
 def test_start_leaves_every_worker_running_and_stop_ends_them():

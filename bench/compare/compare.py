@@ -1,11 +1,12 @@
-#!/usr/bin/env python3
 """Side-by-side collective benchmark: shoal vs Gloo (torch.distributed) vs Open MPI.
+
+    python3 -m bench.compare [options]        (from the repository root; --help)
 
 Runs, one after the other on this machine, for each implementation in --impls:
 
   shoal    build/bin/shoal-perf --op OP --np N ... --barrier --check --format json
            (skipped with a warning if the binary does not exist)
-  gloo     bench/peers/torch_collective_bench.py --backend gloo (N ranks)
+  gloo     bench/compare/peers/torch_collective_bench.py --backend gloo (N ranks)
   shoal-torch  the same script with --backend shoal: shoal through torch.distributed
            (the path of a training script: tensors, process group, work.wait)
   mpi-tcp  mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo
@@ -13,64 +14,59 @@ Runs, one after the other on this machine, for each implementation in --impls:
   mpi-sm   mpirun with Open MPI's defaults (shared memory, vader) for reference
 
 With --netbed HxL the same run happens across H "hosts" (network namespaces joined by
-shaped veth links, bench/netbed) with L ranks each: shoal, shoal-flat-ring (shoal-perf
+shaped veth links, tools/netbed) with L ranks each: shoal, shoal-flat-ring (shoal-perf
 with SHOAL_ALGO=allreduce=ring, allreduce only), gloo (GLOO_SOCKET_IFNAME=nb0) and
 mpi-tcp (mpirun across the namespaces, TCP btl on the bed's subnet); default ops
 allreduce,allgather,reduce_scatter; oneccl (libfabric's tcp and oneCCL's key-value
 store on nb0) when asked for. Needs root; see docs/netbed.md.
 
 With --load SPEC every implementation's run has the same interference beside
-it (bench/load.py: bursty compute, the shape of a backward pass, or busy
+it (bench/probes/load.py: bursty compute, the shape of a backward pass, or busy
 loops), started before and stopped after each run. With --starts N each
 table row is the median start and `worst/median` says how far the slowest
 start was from it.
 
-and writes into --out (a name: bench/out/NAME, ignored by git; default its
+It writes into --out (a name: bench/out/NAME, ignored by git; default its
 date-time), or with --baseline NAME into bench/results/NAME, the curated
 baseline of one configuration that the docs cite (a new run replaces it; git
 keeps the history):
   results.md     machine description, command line, one table per op
-  results.jsonl  every raw row (one JSON object per op and size)
+  summary.json   per implementation, op and size: time_us and busbw over the
+                 starts (median, p10, p90), starts, wrong elements
+  meta.json      what ran, skipped implementations, the machine, the bed
+and beside them (for a baseline: in bench/out/NAME, never in the tree):
+  results.jsonl  every raw row (one JSON object per start, op and size)
+  runs.json      every command run: exit code, time, load, cores' distance
   plot.png       busbw and time vs size, log-log, one subplot per op
-  meta.json      what ran, exit codes, skipped implementations
-  logs/          stdout/stderr of every command (for a baseline: in
-                 bench/out/NAME/logs, never in the tree)
+  logs/          stdout/stderr of every command
 
-compare_report.py writes the reports, compare_machine.py describes the
-machine. See bench/peers/README.md.
+report.py writes the reports, machine.py describes the machine. See
+bench/compare/peers/README.md.
 """
 
+import argparse
+import datetime
+import json
 import os
+import shlex
+import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve()
-ROOT = SCRIPT.parent.parent
+from bench.compare.machine import loadavg, machine_info
+from bench.compare.report import (FLAT_RING, info, median_of_starts, warn, write_jsonl, write_markdown,
+                                  write_plot, write_summary)
+from bench.compare.runner import OP_ALIASES, Runner, tag_rows
+from bench.probes import core_probe, load
+from tools.netbed import NetBed, NetBedError, NetBedUnavailable
+from tools.netbed.bed import CLI as NETBED_CLI
+from tools.netbed.link_probe import tcp_probe
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = "bench.compare"  # python3 -m bench.compare: __main__.py
 VENV_PY = ROOT / ".venv" / "bin" / "python"
-
-try:  # re-execute with the project's virtualenv if torch is not importable here
-    import torch  # noqa: F401
-    from torch import __version__ as _torch_version  # noqa: F401  (not bench/torch/)
-except ImportError:
-    if VENV_PY.exists() and "--no-reexec" not in sys.argv:
-        os.execv(str(VENV_PY), [str(VENV_PY), str(SCRIPT), "--no-reexec"] + sys.argv[1:])
-    torch = None
-
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import importlib  # noqa: E402
-import json  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-
-from compare_machine import (children_cpu, cpu_jiffies, loadavg, machine_info,  # noqa: E402
-                             other_cpu, wait_for_idle)
-from compare_report import (FLAT_RING, fmt_size, info, median_of_starts, warn,  # noqa: E402
-                            write_jsonl, write_markdown, write_plot)
 
 ALL_OPS = ("allreduce", "allgather", "broadcast", "reduce_scatter")
 ALL_IMPLS = ("shoal", "shoal-tcp", "shoal-flat-ring", "shoal-torch", "gloo", "mpi-tcp", "mpi-sm", "oneccl",
@@ -81,24 +77,16 @@ DEFAULT_OPS = ("allreduce", "allgather", "broadcast")
 DEFAULT_IMPLS = ("shoal", "shoal-tcp", "gloo", "mpi-tcp", "mpi-sm")
 NETBED_OPS = ("allreduce", "allgather", "reduce_scatter")
 NETBED_IMPLS = ("shoal", "shoal-flat-ring", "gloo", "mpi-tcp")
-OP_ALIASES = {"all_reduce": "allreduce", "all_gather": "allgather",
-              "all_gather_into_tensor": "allgather", "bcast": "broadcast",
-              "reduce_scatter_tensor": "reduce_scatter"}
 SHOAL_PERF = ROOT / "build" / "bin" / "shoal-perf"
-MPI_SRC = ROOT / "bench" / "peers" / "mpi_bench.c"
+MPI_SRC = ROOT / "bench" / "compare" / "peers" / "mpi_bench.c"
 MPI_BIN = ROOT / "build" / "bench" / "mpi_bench"
-TORCH_BENCH = ROOT / "bench" / "peers" / "torch_collective_bench.py"
-# oneCCL and DeepSpeed run from their own venv (bench/peers/setup.sh makes it).
+# The peers' scripts run as modules (python -m) with the repository root as working directory.
+TORCH_BENCH = "bench.compare.peers.torch_collective_bench"
+# oneCCL and DeepSpeed run from their own venv (bench/compare/peers/setup.sh makes it).
 PEERS_VENV = ROOT / "build" / "peers-venv"
-PEER_SCRIPTS = {"oneccl": ("oneccl_bench.py", ["--fabric", "tcp"]),
-                "oneccl-shm": ("oneccl_bench.py", ["--fabric", "shm"]),
-                "deepspeed-shm": ("deepspeed_bench.py", [])}
-NETBED_PY = ROOT / "bench" / "netbed" / "netbed.py"
-
-
-# A process group of our own (not a session): Popen(process_group=0) from Python 3.11.
-NEW_PGROUP = ({"process_group": 0} if sys.version_info >= (3, 11)
-              else {"preexec_fn": os.setpgrp})
+PEER_SCRIPTS = {"oneccl": ("bench.compare.peers.oneccl_bench", ["--fabric", "tcp"]),
+                "oneccl-shm": ("bench.compare.peers.oneccl_bench", ["--fabric", "shm"]),
+                "deepspeed-shm": ("bench.compare.peers.deepspeed_bench", [])}
 
 
 def parse_size(text):
@@ -132,23 +120,18 @@ def csv_list(allowed, aliases=None):
     return parse
 
 
-def bench_module(name):
-    """A module of bench/ (load.py, core_probe.py), imported once."""
-    if str(SCRIPT.parent) not in sys.path:
-        sys.path.insert(0, str(SCRIPT.parent))
-    return importlib.import_module(name)
-
-
-def load_module():
-    return bench_module("load")
-
-
-def core_probe():
-    return bench_module("core_probe")
+def torch_version():
+    """torch's version where this interpreter imports it, else None (gloo and shoal-torch are
+    then skipped)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.__version__
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__,
+    p = argparse.ArgumentParser(prog="python3 -m " + MODULE, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--np", type=int, default=None, help="ranks (default 2; with --netbed H x L)")
     p.add_argument("-b", "--minbytes", type=parse_size, default=8, help="default 8")
@@ -168,7 +151,7 @@ def parse_args(argv):
                    help="default shoal,gloo,mpi-tcp,mpi-sm (with --netbed: "
                         "shoal,shoal-flat-ring,gloo,mpi-tcp)")
     p.add_argument("--netbed", default=None, metavar="HxL",
-                   help="run across H hosts (network namespaces, bench/netbed) with L ranks "
+                   help="run across H hosts (network namespaces, tools/netbed) with L ranks "
                         "each, e.g. 2x2 (needs root)")
     p.add_argument("--netbed-rate", default="10gbit",
                    help="--netbed: line rate of every link, each way (default 10gbit)")
@@ -190,11 +173,12 @@ def parse_args(argv):
                         "(< 15%% busy over 2 s); default 0 = don't wait")
     p.add_argument("--starts", type=int, default=1, metavar="N",
                    help="run every implementation N times, interleaved (each once, then "
-                        "each again), and keep for every size the fastest start's row; all "
-                        "rows stay in results.jsonl (default 1)")
+                        "each again); results.md shows every size's median start, summary.json "
+                        "the median, p10 and p90 over the starts; every row is in results.jsonl "
+                        "(default 1)")
     p.add_argument("--load", default=None, metavar="SPEC",
                    help="interference beside every implementation's run, started before "
-                        "and stopped after each (bench/load.py): N = N cores' worth of "
+                        "and stopped after each (bench/probes/load.py): N = N cores' worth of "
                         "bursty compute, busy:N = N busy loops, burst:N[:DUTY]")
     p.add_argument("--touch", action="store_true",
                    help="before each timed iteration (untimed), every rank of every "
@@ -203,14 +187,14 @@ def parse_args(argv):
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--no-reexec", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--render-only", action="store_true",
-                   help="measure nothing: rewrite results.md and plot.png in --out from its "
-                        "results.jsonl and meta.json")
+                   help="measure nothing: rewrite results.md, summary.json and plot.png of --out "
+                        "(or --baseline) from its meta.json and the raw results.jsonl and runs.json")
     a = p.parse_args(argv)
     if a.starts < 1:
         p.error("--starts must be at least 1")
     if a.load:
         try:
-            load_module().parse(a.load)
+            load.parse(a.load)
         except ValueError as e:
             p.error(str(e))
     a.hosts = a.per_host = None
@@ -246,13 +230,13 @@ def parse_args(argv):
         if len(Path(a.baseline).parts) != 1:
             p.error("--baseline takes a name (bench/results/NAME), not a path")
         a.out = ROOT / "bench" / "results" / a.baseline
-        a.logs = ROOT / "bench" / "out" / a.baseline / "logs"
+        a.raw = ROOT / "bench" / "out" / a.baseline  # raw rows, runs, plot, logs: never in the tree
     else:
         out = Path(a.out or datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
         if len(out.parts) == 1 and not out.is_absolute():
             out = ROOT / "bench" / "out" / out
-        a.out = out.resolve()
-        a.logs = a.out / "logs"
+        a.out = a.raw = out.resolve()
+    a.logs = a.raw / "logs"
     return a
 
 
@@ -262,145 +246,6 @@ def sizes(lo, hi, factor):
         out.append(s)
         s *= factor
     return out
-
-
-# --------------------------------------------------------------------------- running
-
-class Runner:
-    """Runs one command at a time, streams rows to the terminal, keeps logs."""
-
-    def __init__(self, logs_dir, timeout, wait_idle=0.0, load=None, rtt=None):
-        self.wait_idle = wait_idle
-        self.load = load  # bench/load.py's Load, run beside every command
-        self.rtt = rtt or (lambda: None)  # the cores' distance, before and after every command
-        self.logs = logs_dir
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.timeout = timeout
-        self.runs = []
-        self.start = 0  # which of --starts N this is (0: only one)
-
-    def run(self, impl, tag, cmd, env=None, wait=True):
-        """Run cmd; return the list of JSON rows it printed."""
-        if self.start:
-            tag = f"{tag}-s{self.start}"
-        log_base = self.logs / tag
-        waited = wait_for_idle(self.wait_idle) if wait and self.wait_idle > 0 else None
-        info(f"[{impl}] {shlex.join(cmd)}")
-        rec = {"waited_idle_s": waited, "impl": impl, "tag": tag, "cmd": shlex.join(cmd), "rc": None,
-               "rows": 0, "seconds": None, "error": None, "loadavg_start": loadavg(),
-               "core_rtt_ns": [self.rtt()]}
-        self.runs.append(rec)
-        if self.load is not None:
-            self.load.start()
-        t0 = time.monotonic()
-        cpu0, kids0 = cpu_jiffies(), children_cpu()
-        rows = []
-        try:
-            with open(f"{log_base}.stdout", "w") as so, open(f"{log_base}.stderr", "w") as se:
-                # Own process group (to kill launcher + ranks together), but NOT a new
-                # session: with sched_autogroup a new session is a new scheduling group, and
-                # busy-polling MPI ranks alone in one were seen stacked on one CPU under load
-                # (8-16 ms per iteration).
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=se, text=True,
-                                        env=env, cwd=ROOT, **NEW_PGROUP)
-                killed = threading.Event()
-
-                def on_timeout():
-                    killed.set()
-                    try:  # the whole process group we started (launcher + ranks)
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-
-                timer = threading.Timer(self.timeout, on_timeout)
-                timer.start()
-                try:
-                    for line in proc.stdout:
-                        so.write(line)
-                        so.flush()
-                        row = parse_row(line)
-                        if row is None:
-                            continue
-                        rows.append(row)
-                        print(f"  {impl:8s} {str(row.get('op')):9s} "
-                              f"{fmt_size(int(row.get('bytes', 0))):>8s}  "
-                              f"{float(row.get('time_us', 0)):12.2f} us  "
-                              f"busbw {float(row.get('busbw', 0)):8.3f} GB/s"
-                              + (f"  WRONG={row.get('wrong')}" if row.get("wrong") else ""),
-                              flush=True)
-                    rc = proc.wait()
-                except KeyboardInterrupt:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    raise
-                finally:
-                    timer.cancel()
-                    # Ranks orphaned by a crashed launcher would keep the machine busy.
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-            rec["rc"] = rc
-            if killed.is_set():
-                rec["error"] = f"killed after {self.timeout:.0f} s timeout"
-            elif rc != 0:
-                rec["error"] = f"exit code {rc}: " + tail(f"{log_base}.stderr")
-        except OSError as e:
-            rec["error"] = f"could not run: {e}"
-        rec["seconds"] = round(time.monotonic() - t0, 2)
-        rec["loadavg_end"] = loadavg()
-        rec["core_rtt_ns"].append(self.rtt())
-        rec["other_cpu"] = other_cpu(cpu0, kids0, time.monotonic() - t0)  # the load counts as others
-        if self.load is not None:
-            self.load.stop()
-        rec["rows"] = len(rows)
-        for r in rows:
-            r["core_rtt_ns"] = rec["core_rtt_ns"]
-        if self.start:
-            rec["start"] = self.start
-            for r in rows:
-                r["start"] = self.start
-        if rec["error"]:
-            warn(f"[{impl}] {rec['error']}")
-        return rows
-
-
-def tail(path, n=600):
-    try:
-        text = Path(path).read_text(errors="replace").strip()
-    except OSError:
-        return ""
-    return text[-n:].replace("\n", " | ")
-
-
-def parse_row(line):
-    line = line.strip()
-    if not line.startswith("{"):
-        return None
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(row, dict):
-        return None
-    try:
-        row["op"] = OP_ALIASES.get(str(row["op"]), str(row["op"]))
-        row["bytes"] = int(row["bytes"])
-        row["time_us"] = float(row["time_us"])
-        row["busbw"] = float(row["busbw"])
-        row["algbw"] = float(row.get("algbw", 0.0))
-        row["wrong"] = int(row.get("wrong", 0) or 0)
-    except (KeyError, TypeError, ValueError):
-        return None
-    return row
-
-
-def tag_rows(rows, impl):
-    for r in rows:
-        if r.get("impl") not in (None, impl):
-            r["impl_reported"] = r["impl"]
-        r["impl"] = impl
-    return rows
 
 
 def busfactor(op, n):
@@ -426,7 +271,7 @@ def on_bed(args, cmd, every_rank=True):
     process on host 0 through `netbed exec` (mpirun). Unchanged without --netbed."""
     if not args.netbed:
         return cmd
-    base = [sys.executable, str(NETBED_PY)]
+    base = list(NETBED_CLI)  # from ROOT, the runner's working directory
     if every_rank:
         return base + ["job", "--prefix", args.bed.prefix, "--per-host", str(args.per_host),
                        "--rank0-stdout", "--timeout", str(args.timeout), "--"] + cmd
@@ -488,7 +333,7 @@ def peer_args(args, op):
 
 def run_torch(args, runner, meta, impl):
     """gloo, or shoal-torch: torch_collective_bench.py with that backend."""
-    if torch is None:
+    if args.torch_version is None:
         msg = f"torch is not importable (no .venv?); {impl} skipped"
         warn(msg)
         meta["skipped"][impl] = msg
@@ -505,7 +350,7 @@ def run_torch(args, runner, meta, impl):
     env["PYTHONWARNINGS"] = "ignore::FutureWarning"
     rows = []
     for op in args.ops:  # one run per op: shorter runs, each can wait for an idle machine
-        cmd = [str(VENV_PY) if VENV_PY.exists() else sys.executable, str(TORCH_BENCH), *backend, "--impl", impl,
+        cmd = [str(VENV_PY) if VENV_PY.exists() else sys.executable, "-m", TORCH_BENCH, *backend, "--impl", impl,
                "--np", str(args.np), "--timeout", str(args.timeout)] + peer_args(args, op)
         rows += runner.run(impl, f"{impl}-{op}", on_bed(args, cmd), env=env)
     return tag_rows(rows, impl)
@@ -516,26 +361,28 @@ def run_venv_peer(args, runner, meta, impl):
     DeepSpeed's shared-memory allreduce (allreduce only), from PEERS_VENV."""
     py = PEERS_VENV / "bin" / "python"
     if not py.exists():
-        msg = f"{PEERS_VENV} does not exist: run bench/peers/setup.sh"
+        msg = f"{PEERS_VENV} does not exist: run bench/compare/peers/setup.sh"
         warn(f"{impl} skipped: {msg}")
         meta["skipped"][impl] = msg
         return []
     if args.netbed and impl != "oneccl":
         meta["skipped"][impl] = "shared memory: ranks of one host only, and the net bed's hosts are apart"
         return []
-    script, extra = PEER_SCRIPTS[impl]
+    module, extra = PEER_SCRIPTS[impl]
+    script = module.rpartition(".")[2]
     ops = [op for op in args.ops if impl != "deepspeed-shm" or op == "allreduce"]
     if len(ops) < len(args.ops):
         meta["skipped"].setdefault(impl, "allreduce only (DeepSpeed's shared-memory path has no other op)")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    base = [str(py), str(ROOT / "bench" / "peers" / script)]
+    base = [str(py), "-m", module]
     ccl = ["--ccl-root", str(PEERS_VENV)] if impl.startswith("oneccl") else []
     if args.netbed:
         # One process per rank on the bed's hosts (netbed job sets RANK, LOCAL_RANK,
         # MASTER_ADDR, ...); libfabric's tcp provider and oneCCL's key-value store on
         # the bed's link. The program is built once here, not by every rank at once.
         env.update(FI_TCP_IFACE=args.bed_info["iface"], CCL_KVS_IFACE=args.bed_info["iface"])
-        built = subprocess.run(base + ccl + ["--build-only"], env=env, capture_output=True, text=True)
+        built = subprocess.run(base + ccl + ["--build-only"], env=env, capture_output=True, text=True,
+                               cwd=ROOT)
         if built.returncode != 0:
             msg = f"{script} --build-only failed: {built.stderr.strip()[-800:]}"
             warn(f"{impl} skipped: {msg}")
@@ -609,10 +456,9 @@ def run_mpi(args, runner, meta, impl):
 # --------------------------------------------------------------------------- the net bed's probe
 
 def probe_bed(bed, per_host, seconds=2.0):
-    """What plain TCP moves through the bed (bench/netbed/probe.py): one stream one way,
+    """What plain TCP moves through the bed (tools/netbed/link_probe.py): one stream one way,
     and per_host streams each way in both directions at once (the hierarchical
     allreduce's pattern). GB/s per direction; an error is recorded, not raised."""
-    from netbed.probe import tcp_probe
     out = {}
     for key, streams, both in (("one_stream", 1, False), ("both_ways", per_host, True)):
         try:
@@ -626,46 +472,76 @@ def probe_bed(bed, per_host, seconds=2.0):
     return out
 
 
-def render_only(out, no_plot):
+def read_raw(args):
+    """(rows, runs) of a run from its raw folder (for a baseline: bench/out/NAME)."""
+    rows = [json.loads(line) for line in (args.raw / "results.jsonl").read_text().splitlines()
+            if line.strip()]
+    return rows, json.loads((args.raw / "runs.json").read_text())
+
+
+def write_reports(args, meta, rows):
+    """results.md, summary.json and meta.json into args.out; results.jsonl, runs.json and
+    plot.png into args.raw (the same folder unless this is a baseline). True if plotted."""
+    args.raw.mkdir(parents=True, exist_ok=True)
+    write_jsonl(args.raw / "results.jsonl", rows)
+    (args.raw / "runs.json").write_text(json.dumps(meta["runs"], indent=1) + "\n")
+    best = median_of_starts(rows)
+    write_markdown(args.out / "results.md", args, meta, best,
+                   raw_dir=os.path.relpath(args.raw, ROOT) if args.raw != args.out else None)
+    write_summary(args.out / "summary.json", rows)
+    plotted = False if args.no_plot else write_plot(args.raw / "plot.png", args, best)
+    meta["plot"] = plotted
+    (args.out / "meta.json").write_text(
+        json.dumps({k: v for k, v in meta.items() if k != "runs"}, indent=2) + "\n")
+    return plotted
+
+
+def recorded_argv(command):
+    """The options of a recorded command line (`python3 -m bench.compare ...`)."""
+    words = shlex.split(command)
+    at = next((i for i, w in enumerate(words) if w == MODULE or w.endswith("bench/compare")), None)
+    if at is None:
+        raise ValueError(f"not a bench.compare command: {command!r}")
+    return words[at + 1:]
+
+
+def render_only(args):
     try:
-        meta = json.loads((out / "meta.json").read_text())
-        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()
-                if line.strip()]
+        meta = json.loads((args.out / "meta.json").read_text())
+        rows, meta["runs"] = read_raw(args)
+        recorded = parse_args(recorded_argv(meta["command"]))
     except (OSError, ValueError) as e:
-        warn(f"cannot read {out}/meta.json and results.jsonl: {e}")
+        warn(f"cannot read {args.out}/meta.json and the raw results.jsonl and runs.json in {args.raw}"
+             f" (rerun the command in meta.json to make them): {e}")
         return 2
-    # The settings of the original run, from its recorded command line.
-    args = parse_args(shlex.split(meta["command"])[1:])
-    args.out = out
-    args.bed_info = meta.get("netbed")
-    rows = median_of_starts(rows)
-    write_markdown(out / "results.md", args, meta, rows)
-    if not no_plot:
-        write_plot(out / "plot.png", args, rows)
-    info(f"rewrote {out / 'results.md'}" + ("" if no_plot else " and plot.png"))
+    # The settings of the original run are those of its recorded command line.
+    recorded.out, recorded.raw, recorded.no_plot = args.out, args.raw, args.no_plot
+    recorded.bed_info = meta.get("netbed")
+    write_reports(recorded, meta, rows)
+    info(f"rewrote {args.out / 'results.md'}, summary.json" + ("" if args.no_plot else ", plot.png"))
     return 0
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    version = torch_version()
+    if version is None and VENV_PY.exists() and "--no-reexec" not in argv:
+        # the project's virtualenv has torch (gloo, shoal-torch)
+        os.execv(str(VENV_PY), [str(VENV_PY), "-m", MODULE, "--no-reexec"] + argv)
     args = parse_args(argv)
     if args.render_only:
-        return render_only(args.out, args.no_plot)
+        return render_only(args)
+    args.torch_version = version
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": shlex.join([os.path.relpath(SCRIPT, Path.cwd())
-                                   if Path.cwd() in SCRIPT.parents else str(SCRIPT)]
-                                  + [a for a in argv if a != "--no-reexec"]),
-            "machine": machine_info(ROOT, getattr(torch, "__version__", "not available") if torch
-                                    else "not available"),
+            "command": shlex.join(["python3", "-m", MODULE] + [a for a in argv if a != "--no-reexec"]),
+            "machine": machine_info(ROOT, version or "not available"),
             "args": {k: str(v) for k, v in vars(args).items()},
             "skipped": {}, "runs": []}
-    info(f"output: {args.out}")
+    info(f"output: {args.out}" + (f" (raw rows, runs, plot and logs: {args.raw})" if args.raw != args.out else ""))
     args.bed = args.bed_info = None
     if args.netbed:
-        sys.path.insert(0, str(NETBED_PY.parent.parent))
-        from netbed import NetBed, NetBedError, NetBedUnavailable
         try:
             args.bed = NetBed(hosts=args.hosts, rate=args.netbed_rate,
                               delay_us=args.netbed_delay_us, mtu=args.netbed_mtu).up()
@@ -680,13 +556,12 @@ def main(argv=None):
         meta["netbed"]["tcp_probe"] = {"before": probe_bed(args.bed, args.per_host)}
         meta["netbed"]["oversubscribed"] = args.bed.oversubscribed(args.per_host)
         info("net bed: " + args.bed.describe_line())
-    probe = core_probe()
-    rtt_bin, why = probe.build()
+    rtt_bin, why = core_probe.build()
     if why:
         warn(f"the cores' distance is not measured: {why}")
     runner = Runner(args.logs, args.timeout, args.wait_idle,
-                    load_module().Load(args.load) if args.load else None,
-                    lambda: probe.measure(rtt_bin))
+                    load.Load(args.load) if args.load else None,
+                    lambda: core_probe.measure(rtt_bin))
     if args.load:
         meta["load"] = runner.load.describe()
     rows = []
@@ -702,7 +577,7 @@ def main(argv=None):
                     rows += run_venv_peer(args, runner, meta, impl)
                 else:
                     rows += run_mpi(args, runner, meta, impl)
-                write_jsonl(args.out / "results.jsonl", rows)  # keep partial results
+                write_jsonl(args.raw / "results.jsonl", rows)  # keep partial results
     except KeyboardInterrupt:
         warn("interrupted; writing what was measured")
     finally:
@@ -713,13 +588,8 @@ def main(argv=None):
     meta["runs"] = runner.runs
     meta["seconds"] = time.monotonic() - t0
     meta["loadavg_end"] = loadavg()
-    write_jsonl(args.out / "results.jsonl", rows)
-    best = median_of_starts(rows)
-    write_markdown(args.out / "results.md", args, meta, best)
-    plotted = False if args.no_plot else write_plot(args.out / "plot.png", args, best)
-    meta["plot"] = plotted
-    (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    info(f"wrote {args.out / 'results.md'}, results.jsonl"
+    plotted = write_reports(args, meta, rows)
+    info(f"wrote {args.out / 'results.md'}, summary.json, meta.json; {args.raw / 'results.jsonl'}, runs.json"
          + (", plot.png" if plotted else "") + f" in {meta['seconds']:.0f} s")
     bad = sum(1 for r in rows if r.get("wrong"))
     failed = [r for r in runner.runs if r["error"]]
@@ -727,6 +597,3 @@ def main(argv=None):
         warn(f"{bad} rows with wrong results")
     return 1 if (bad or failed or not rows) else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,9 +10,9 @@ reduction and no protocol. This sends exactly that many bytes from every
 rank to the next while receiving as many from the previous one, with plain
 sockets, and reports the time of the slowest rank per iteration: the time
 no TCP allreduce of n bytes on this host can beat by much, against which
-shoal-tcp and Gloo (bench/compare --impls shoal-tcp,gloo) are read.
+shoal-tcp and Gloo (python3 -m bench.compare --impls shoal-tcp,gloo) are read.
 
-  bench/loopback_ring.py --np 4 --bytes 16M [--iters 7]
+  bench/probes/loopback_ring.py --np 4 --bytes 16M [--iters 7]
 
 Stdlib only. Prints one JSON line: {"np", "allreduce_bytes", "bytes_per_rank",
 "median_ms", "best_ms"}.

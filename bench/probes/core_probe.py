@@ -1,6 +1,6 @@
 """The cores' distance, measured around every run of bench/compare.
 
-bench/core_rtt.c times a cache line's round trip between the first CPU and
+bench/probes/core_rtt.c times a cache line's round trip between the first CPU and
 each other one. On a VM it follows the host's placement of the virtual CPUs:
 on the 2-vCPU EPYC VM the round trip is 50-60 ns most of the time and
 310-350 ns in windows of several seconds, when the two vCPUs sit on different
@@ -19,8 +19,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "bench" / "core_rtt.c"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "bench" / "probes" / "core_rtt.c"
 BIN = ROOT / "build" / "bench" / "core_rtt"
 FAR = 2.0  # a start is on far cores when a round trip took FAR x the fastest seen in the run
 
@@ -63,7 +63,7 @@ def note(runs):
         return None
     fastest = min(seen)
     far = [(rec["impl"], rec.get("start", 0), ns) for rec, ns in worst if ns > FAR * fastest]
-    line = (f"- cores' distance (a cache line's round trip between the CPUs, bench/core_rtt.c, "
+    line = (f"- cores' distance (a cache line's round trip between the CPUs, bench/probes/core_rtt.c, "
             f"before and after each run): {fastest:.0f}-{max(seen):.0f} ns; ")
     if not far:
         return line + "no run met far cores"

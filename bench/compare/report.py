@@ -1,16 +1,17 @@
 """bench/compare's reports: results.md (machine, command, one table per op
-with the targets' notes), results.jsonl, plot.png, and the median of
-several starts. bench/compare runs the implementations and calls these;
-`bench/compare --render-only --out DIR` rewrites a run's report from its
-results.jsonl and meta.json.
+with the targets' notes), summary.json (median, p10 and p90 over the starts),
+results.jsonl, plot.png, and the median of several starts. compare.py runs the
+implementations and calls these; `python3 -m bench.compare --render-only --out DIR`
+(or `--baseline NAME`) rewrites a run's reports from its meta.json and raw rows.
 """
 
 import datetime
 import json
 import sys
 
-import core_probe
-import load
+from bench import baseline
+from bench.baseline import spread
+from bench.probes import core_probe, load
 
 FLAT_RING = "allreduce=ring"  # SHOAL_ALGO of shoal-flat-ring (allreduce only)
 
@@ -48,7 +49,8 @@ def fmt_us(v):
     return f"{v:.1f}" if v < 1e4 else f"{v:.0f}"
 
 
-def write_markdown(path, args, meta, rows):
+def write_markdown(path, args, meta, rows, raw_dir=None):
+    """raw_dir: where the raw rows, runs and plot are, when not beside results.md (a baseline)."""
     m = meta["machine"]
     impls = [i for i in args.impls if any(r["impl"] == i for r in rows)]
     bed = meta.get("netbed") if args.netbed else None
@@ -192,7 +194,13 @@ def write_markdown(path, args, meta, rows):
             L.append(spread)
         L.append(netbed_note(op, by, op_sizes, bed) if bed else target_note(op, by, op_sizes))
         L.append("")
-    L.append("Raw rows: `results.jsonl`; plot: `plot.png`; commands: `meta.json`.")
+    if raw_dir:
+        L.append("Median, p10 and p90 over the starts per implementation, op and size: `summary.json`; "
+                 f"what ran: `meta.json`. The command writes every raw row, run and the plot into "
+                 f"`{raw_dir}/` (`results.jsonl`, `runs.json`, `plot.png`; ignored by git).")
+    else:
+        L.append("Median, p10 and p90 over the starts: `summary.json`; raw rows: `results.jsonl`; "
+                 "runs: `runs.json`; plot: `plot.png`; what ran: `meta.json`.")
     path.write_text("\n".join(L) + "\n")
 
 
@@ -208,7 +216,7 @@ def probe_line(bed):
         txt = " / ".join("failed" if v is None else f"{v:.3f}" for v in vals)
         pct = " / ".join("-" if v is None else f"{100 * v / link:.0f}%" for v in vals) if link else ""
         return f"{txt} GB/s" + (f" ({pct} of the line rate)" if pct else "")
-    return (f"- plain TCP through the bed (`bench/netbed/probe.py`, 2 s each, before / after "
+    return (f"- plain TCP through the bed (`tools/netbed/link_probe.py`, 2 s each, before / after "
             f"the benchmarks), GB/s per direction: one stream one way {fmt('one_stream')}; "
             f"{bed.get('per_host', 1)} streams each way in both directions at once (the "
             f"hierarchical allreduce's pattern) {fmt('both_ways')}")
@@ -230,7 +238,7 @@ def netbed_lines(args, bed):
              if "host_limit" in bed else f"queue {bed['limit']} B")
     shaping = (f"{bed['rate']} = {bed['link_GBps']:g} GB/s each way (tc tbf on both ends of "
                f"each link: burst {bed['burst']} B, {queue})" if bed["rate_bps"] else "unshaped")
-    lines = [f"- net bed (bench/netbed): {bed['hosts']} hosts = network namespaces, each with "
+    lines = [f"- net bed (tools/netbed): {bed['hosts']} hosts = network namespaces, each with "
              f"one veth link (`{bed['iface']}`, {bed['subnet']}) to a bridge in a namespace of "
              f"its own; all hosts share this machine's CPUs",
              f"- link line rate: {shaping}; MTU {bed['mtu']}; one-way delay: {delay}"]
@@ -388,6 +396,27 @@ def write_plot(path, args, rows):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+SUMMARY_COLUMNS = ["impl", "op", "bytes", "starts", "time_us_median", "time_us_p10", "time_us_p90",
+                   "busbw_median", "busbw_p10", "busbw_p90", "wrong"]
+SUMMARY_NOTE = ("per implementation, op and size, over the starts (each start's time_us is its median over "
+                "iterations, slowest rank): median, p10 and p90 of time_us and of busbw (GB/s); wrong: "
+                "wrong elements of every start together")
+
+
+def summarize(rows):
+    """Per (impl, op, bytes), in the rows' order, a row of SUMMARY_COLUMNS."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["impl"], r["op"], int(r["bytes"])), []).append(r)
+    return [[impl, op, size, len(g)] + spread(r["time_us"] for r in g) + spread(r["busbw"] for r in g)
+            + [sum(int(r.get("wrong") or 0) for r in g)]
+            for (impl, op, size), g in groups.items()]
+
+
+def write_summary(path, rows):
+    baseline.write_summary(path, SUMMARY_COLUMNS, summarize(rows), SUMMARY_NOTE)
 
 
 def median_of_starts(rows):

@@ -1,20 +1,22 @@
-#!/usr/bin/env python3
 """SHOAL_SHM_STREAM auto / 0 / 1 (and Open MPI's shared memory), alternating,
 each run labelled by the cores' distance just before and just after it.
 
-  bench/slot_stores_ab [--seconds 240] [--far-only] [-b 512K] [-e 32M] [--ops allgather,allreduce]
-                       [--out FILE.jsonl]
-  bench/slot_stores_ab --from FILE.jsonl     (the table of an earlier run)
+  python3 -m bench.probes.slot_stores_ab [--seconds 240] [--far-only] [-b 512K] [-e 32M]
+      [--ops allgather,allreduce] [--out FILE.jsonl] [--summary FILE.json]
+  python3 -m bench.probes.slot_stores_ab --from FILE.jsonl [--summary FILE.json]
+                                            (the table of an earlier run)
 
 A round runs shoal-perf (2 ranks, allgather and allreduce, -f 4, 20
 iterations) once per mode and mpi_bench, in an order that rotates from round
-to round; bench/core_rtt.c's round trip is taken between runs. A run counts as "close" when the round trips before and
+to round; bench/probes/core_rtt.c's round trip is taken between runs. A run counts as "close" when the round trips before and
 after it are both under 100 ns, "far" when both are over 250 ns (the 2-vCPU
 EPYC VM: 49-69 ns, and 300-380 ns in windows where the host puts the vCPUs
 apart), else it is left out. With --far-only a round starts only when the
 cores are far (it polls once a second). Prints, per class, op and mode, the
 median over the runs of each size's time, and the number of runs
-(docs/algorithms.md, "Where the cores are").
+(docs/algorithms.md, "Where the cores are"). --out keeps every run (raw, for
+bench/out/); --summary writes, per class, op, mode and size, the median, p10
+and p90 over the runs (what a baseline under bench/results keeps).
 """
 import argparse
 import json
@@ -26,13 +28,16 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import core_probe  # noqa: E402
+from bench import baseline
+from bench.probes import core_probe
 
-PERF = HERE.parent / "build" / "bin" / "shoal-perf"
-MPI = HERE.parent / "build" / "bench" / "mpi_bench"
+PERF = baseline.ROOT / "build" / "bin" / "shoal-perf"
+MPI = baseline.ROOT / "build" / "bench" / "mpi_bench"
 MODES = ("auto", "0", "1")
+SUMMARY_COLUMNS = ["cores", "op", "mode", "bytes", "runs", "time_us_median", "time_us_p10", "time_us_p90"]
+SUMMARY_NOTE = ("per cores' distance (close: round trip < 100 ns before and after the run, far: > 250 ns), "
+                "op, mode (SHOAL_SHM_STREAM auto/0/1, or Open MPI) and size: median, p10 and p90 over the "
+                "runs of shoal-perf's time_us (20 iterations, 2 ranks)")
 
 
 def us(t):
@@ -75,9 +80,13 @@ def main():
                    help="comma-separated: allgather, allreduce, reduce_scatter, broadcast")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--from", dest="src", type=Path, default=None)
+    p.add_argument("--summary", type=Path, default=None, help="summary.json of the runs")
     args = p.parse_args()
     if args.src:
-        return summary([json.loads(line) for line in args.src.read_text().splitlines() if line.strip()])
+        runs = [json.loads(line) for line in args.src.read_text().splitlines() if line.strip()]
+        if args.summary:
+            write_summary(args.summary, runs, sizes(args.b, args.e))
+        return summary(runs)
     rtt_bin, why = core_probe.build()
     if why:
         sys.exit(f"slot_stores_ab: {why}")
@@ -94,11 +103,42 @@ def main():
             for mode in order:
                 before = rtt()
                 t = mpi(args, op) if mode == "mpi" else shoal(args, op, mode)
-                runs.append({"op": op, "mode": mode, "times_us": t, "rtt_before": before, "rtt_after": rtt()})
+                runs.append({"op": op, "mode": mode, "times_us": t, "bytes": sizes(args.b, args.e)[:len(t)],
+                             "rtt_before": before, "rtt_after": rtt()})
                 print(json.dumps(runs[-1]), flush=True)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    if args.summary:
+        write_summary(args.summary, runs, sizes(args.b, args.e))
     summary(runs)
+
+
+def sizes(lo, hi):
+    """shoal-perf's sizes from -b lo to -e hi, x4 (512K, 32M: bytes)."""
+    def parse(text):
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
+        return int(float(text[:-1] if mult > 1 else text) * mult)
+    out, s = [], parse(lo)
+    while s <= parse(hi):
+        out.append(s)
+        s *= 4
+    return out
+
+
+def write_summary(path, runs, default_sizes):
+    """summary.json of the runs that fall in a class; a run without its sizes (older files) has
+    the sizes of -b/-e."""
+    cells = {}
+    for r in runs:
+        c = label(r["rtt_before"], r["rtt_after"])
+        if not (c and r["times_us"]):
+            continue
+        for size, t in zip(r.get("bytes") or default_sizes, r["times_us"]):
+            cells.setdefault((c, r["op"], r["mode"], size), []).append(t)
+    rows = [[c, op, mode, size, len(v)] + baseline.spread(v, 2) for (c, op, mode, size), v in sorted(cells.items())]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    baseline.write_summary(path, SUMMARY_COLUMNS, rows, SUMMARY_NOTE)
 
 
 def summary(runs):

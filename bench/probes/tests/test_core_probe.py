@@ -1,13 +1,9 @@
-"""bench/core_probe.py's split of the starts by the cores' distance: the spread
+"""bench/probes/core_probe.py's split of the starts by the cores' distance: the spread
 of a library's starts is read within the starts that met the same placement,
 so a machine that moves its cores apart does not pass for a slow library, and
 a library slow on near cores is not hidden by the far ones."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import core_probe  # noqa: E402
+from bench.probes import core_probe
 
 
 def fmt(n):

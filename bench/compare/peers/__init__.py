@@ -1,0 +1,1 @@
+"""The peers' benchmarks that bench/compare runs (README.md)."""
