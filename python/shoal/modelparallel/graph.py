@@ -18,7 +18,10 @@ no Python control flow on tensor values. Two additions to plain torch.fx:
   ``fx.Graph`` attribute, ``_shoal_shape_specialized``, says so);
 - buffers read by the traced code are graph values (``self.mask[:t, :t]``);
 - a failure names the module whose forward could not be traced
-  (:class:`TraceFailure`), so that the partitioner can keep it whole.
+  (:class:`TraceFailure`), so that the partitioner can keep it whole; a
+  module marked for activation checkpointing (activation_marks.py) is never
+  traced through: it must be a unit or lie inside one, so the same failure
+  makes the partitioner keep it whole.
 
 A forward that takes ``**kwargs`` (every Hugging Face model's) is traced with
 the call's keyword arguments as its parameters; a mapping it returns (a
@@ -39,6 +42,9 @@ from typing import Any, Dict, Iterable, Mapping, Optional
 import torch
 import torch.fx as fx
 from torch.fx.node import map_arg
+
+from .activation_marks import mark_of
+from ..mpcommon.errors import SMPValidationError
 
 _UNKNOWN = object()
 _CONCRETE = (type(None), bool, int, float, str, torch.dtype, torch.device)
@@ -197,6 +203,10 @@ class _Tracer(fx.Tracer):
             return forward(*args, **kwargs)
         if qualname in self.leaves:
             return super().call_module(m, forward, args, kwargs)
+        if mark_of(m) is not None:
+            raise TraceFailure(qualname, SMPValidationError(
+                f"module '{qualname}' is checkpointed, so the pipeline must call it whole, but its submodules "
+                f"are in different pipeline units (on different partitions)"))
         self.stack.append(qualname)
         try:
             return super().call_module(m, forward, args, kwargs)

@@ -12,7 +12,8 @@ Automatic (``auto_partition``, the default), on rank 0 at the first step:
 2. start from the children of the wrapped module and split any unit whose cost
    exceeds half a stage's share (or while there are fewer units than
    partitions) into the submodules its forward calls, provided that forward
-   can be traced;
+   can be traced and the unit is not checkpointed (a module marked for
+   activation checkpointing, activation_marks.py, is kept whole);
 3. order the units by execution and cut the sequence into ``partitions``
    contiguous pieces minimising the largest stage cost (dynamic programming),
    where a unit's cost is ``(1 - w) * time share + w * memory share`` with
@@ -30,7 +31,9 @@ by ``smp.set_partition(module, i)``, else to that of the ``smp.partition(i)``
 context it was *created* in (innermost wins), else to the partition its nearest
 ancestor was given by ``set_partition`` (the way to place a model someone else
 built, e.g. a Hugging Face model's blocks), else to ``default_partition``. The
-units are the largest subtrees that live on one partition.
+units are the largest subtrees that live on one partition. A module marked for
+activation checkpointing whose submodules are on several partitions is an
+error (check_checkpointed), raised on every rank before the first step runs.
 
 A parameter read directly by glue code (for example a position embedding that
 is an ``nn.Parameter`` of the wrapped module) belongs, in manual mode, to the
@@ -50,6 +53,7 @@ import torch
 import torch.fx as fx
 
 from . import graph as G
+from .activation_marks import marked_modules
 from ..mpcommon.errors import SMPTraceError, SMPValidationError
 from ..mpcommon.split import split_contiguous
 from .tracing import ModuleCost, param_bytes
@@ -218,7 +222,7 @@ def auto_placement(root: torch.nn.Module, costs: Dict[str, ModuleCost], partitio
     if partitions == 1:
         return Placement(1, "single", [""], {"": 0}), None
     pbytes = {n: param_bytes(root.get_submodule(n) if n else root) for n in costs}
-    keep_whole = set()
+    keep_whole = {name for name, _, _ in marked_modules(root)}   # checkpointed: never split
     traceable_cache: Dict[str, Optional[str]] = {}
 
     def splittable(u: str) -> bool:
@@ -310,6 +314,7 @@ def manual_placement(root: torch.nn.Module, partitions: int, default: int) -> Pl
         for cn, c in m.named_children():
             tag(f"{name}.{cn}" if name else cn, c, below)
     tag("", root, None)
+    check_checkpointed(root, module_part)
 
     def parts_below(name: str, m: torch.nn.Module) -> set:
         pre = name + "." if name else ""
@@ -327,6 +332,20 @@ def manual_placement(root: torch.nn.Module, partitions: int, default: int) -> Pl
     if units == [""]:
         return Placement(partitions, "single", [""], {"": module_part[""]}, module_part)
     return Placement(partitions, "manual", units, {u: module_part[u] for u in units}, module_part)
+
+
+def check_checkpointed(root: torch.nn.Module, module_part: Dict[str, int]) -> None:
+    """Manual placement: a module marked for activation checkpointing must lie
+    within one partition (it is recomputed as a whole)."""
+    for name, m, mark in marked_modules(root):
+        pre = name + "." if name else ""
+        parts = sorted({module_part[pre + n if n else name] for n, _ in m.named_modules(remove_duplicate=False)})
+        if len(parts) > 1:
+            how = "smp.patches.checkpoint" if mark.functional else "smp.set_activation_checkpointing"
+            raise SMPValidationError(
+                f"smp: module '{name or type(root).__name__}' is checkpointed ({how}) but its submodules are on "
+                f"partitions {', '.join(map(str, parts))}; a checkpointed module must lie within one partition: "
+                f"place it whole with smp.set_partition / smp.partition, or checkpoint its children")
 
 
 def assign_owners(root: torch.nn.Module, pl: Placement, g: Optional[fx.Graph], default: int) -> None:
