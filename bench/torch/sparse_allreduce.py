@@ -15,15 +15,13 @@ import argparse
 import os
 import socket
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-ROOT = Path(__file__).resolve().parents[2]
+import shoal.torch  # noqa: F401  (registers the "shoal" backend)
 
 
 def gradient(args, rank):
@@ -37,8 +35,6 @@ def gradient(args, rank):
 
 def rank_main(rank, world, port, args, queue):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    sys.path.insert(0, str(ROOT / "python"))
-    import shoal.torch  # noqa: F401
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     groups = {"shoal": dist.new_group(backend="shoal"), "gloo": dist.new_group(backend="gloo")}
