@@ -44,6 +44,7 @@ def load():
     mod.is_initialized = lambda: True
     mod._is_in_bad_fork = lambda: False
     mod.manual_seed_all = lambda seed: None
+    mod.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]   # torch.autocast("fakegpu")
 
     def set_device(d):
         state["device"] = torch.device(NAME, d).index if not isinstance(d, int) else d

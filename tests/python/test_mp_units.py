@@ -46,9 +46,12 @@ def test_config_defaults_and_alias():
     ({"placement_strategy": "ring"}, smp.SMPConfigError, ["'placement_strategy'"]),
     ({"tensor_parallel_degree": 2}, smp.SMPUnsupportedError,
      ["'tensor_parallel_degree'", "tensor parallelism"]),
-    ({"fp16": True}, smp.SMPUnsupportedError, ["'fp16'"]),
+    ({"fp16": True, "bf16": True}, smp.SMPConfigError, ["'fp16' and 'bf16' are both true"]),
     ({"shard_optimizer_state": True}, smp.SMPUnsupportedError, ["'shard_optimizer_state'"]),
-    ({"activation_loading_horizon": 4}, smp.SMPUnsupportedError, ["'activation_loading_horizon'"]),
+    ({"offload_activations": True}, smp.SMPUnsupportedError, ["'offload_activations'", "activation offloading"]),
+    ({"activation_loading_horizon": "4"}, smp.SMPConfigError, ["'activation_loading_horizon' must be an integer"]),
+    ({"ddp_dist_backend": "gloo"}, smp.SMPConfigError, ["'ddp_dist_backend' must be one of 'auto', 'nccl'"]),
+    ({"static_mode": 1}, smp.SMPConfigError, ["'static_mode' must be true or false"]),
     ([("partitions", 2)], smp.SMPConfigError, ["must be a dict"]),
 ])
 def test_config_errors_name_the_key(cfg, err, words):
@@ -61,6 +64,23 @@ def test_config_errors_name_the_key(cfg, err, words):
 def test_config_off_values_of_unimplemented_keys_are_accepted():
     c = C.parse({"tensor_parallel_degree": 1, "fp16": False, "deterministic_server": True}, environ={})
     assert c.partitions == 1
+
+
+def test_config_of_the_sagemaker_gpt2_example_parses_and_every_key_is_kept():
+    """The SageMaker GPT-2 example's smp_config (pipeline only, every feature off), and the keys the
+    Hugging Face Trainer reads from smp.state.cfg."""
+    gpt2 = {"ddp": True, "tensor_parallel_degree": 1, "pipeline_parallel_degree": 2, "microbatches": 4,
+            "shard_optimizer_state": False, "prescaled_batch": False, "fp16": True, "bf16": False,
+            "offload_activations": False, "delayed_parameter_initialization": False,
+            "optimize": "speed", "placement_strategy": "cluster", "activation_loading_horizon": 4,
+            "skip_tracing": False, "auto_partition": True, "default_partition": 0, "static_mode": False,
+            "fast_mode": False, "sharded_data_parallel_degree": 1, "ddp_dist_backend": "auto",
+            "sdp_hierarchical_allgather": True, "sdp_gradient_clipping": 1.0}
+    c = C.parse(gpt2, environ={}, world_size=4)
+    for k, v in gpt2.items():
+        assert getattr(c, k) == v, k
+    assert c.half_dtype == "float16" and C.parse({"bf16": True}, environ={}).half_dtype == "bfloat16"
+    assert C.parse({}, environ={}).half_dtype is None
 
 
 def test_config_against_the_world_size():
@@ -418,7 +438,7 @@ def test_transfer_round_trip():
     meta_len, ndata = struct.unpack("<QQ", header.numpy()[:16].tobytes())
     assert ndata == 5
     meta = header.numpy()[16:16 + transfer.HEADER_BYTES - 16].tobytes()[:meta_len] + extra.numpy().tobytes()
-    payload, received, grads = transfer._allocate(meta)
+    payload, received, grads = transfer._allocate(meta, torch.device("cpu"))
     it = iter(data)
     for t in received:                       # what the receiver's irecvs would write
         if t.numel():

@@ -24,20 +24,24 @@ pipeline (the executor), runtime (the partitioned model), model, optimizer,
 steps (@smp.step), checkpoint, clip, amp, timeline.
 """
 
-from . import amp, timeline
+from . import amp, nn, optimizers, patches, timeline
+from .activation_checkpointing import set_activation_checkpointing
 from .checkpoint import load, resume_from_checkpoint, save, save_checkpoint
 from .clip import clip_grad_norm_
 from .comm import (DP_GROUP, MP_GROUP, PP_GROUP, WORLD, CommGroup, RankType, allgather, barrier, broadcast,
-                   dp_barrier, dp_rank, dp_size, get_dp_group, get_dp_process_group, get_mp_group,
-                   get_mp_process_group, get_pp_group, get_pp_process_group, get_world_process_group,
-                   is_initialized, local_rank, local_size, mp_barrier, mp_rank, mp_size, pp_barrier, pp_rank,
-                   pp_size, rank, rdp_rank, rdp_size, recv_from, send, size, tp_rank, tp_size)
+                   dp_barrier, get_dp_process_group, get_mp_process_group, get_pp_process_group,
+                   get_world_process_group, mp_barrier, pp_barrier, recv_from, send)
+from ..mpcommon.ranks import (dp_rank, dp_size, get_dp_group, get_mp_group, get_pp_group, is_initialized,
+                              local_rank, local_size, mp_rank, mp_size, num_microbatches, pp_rank, pp_size, rank,
+                              rdp_rank, rdp_size, size, tp_rank, tp_size)
 from ..mpcommon.config import Config
 from ..mpcommon.errors import (SMPConfigError, SMPError, SMPRemoteError, SMPTraceError, SMPUnsupportedError,
                      SMPValidationError)
+from .creation import delay_param_initialization, model_creation
 from .model import DistributedModel
 from .optimizer import DistributedOptimizer
 from .placement import partition, set_partition
+from .state import STATE as state  # smp.state.cfg: every resolved config key (SageMaker's name)
 from .state import init, shutdown
 from .steps import StepOutput, step
 from .tracing import is_tracing
@@ -52,5 +56,6 @@ __all__ = [
     "broadcast", "send", "recv_from", "allgather", "barrier", "mp_barrier", "pp_barrier", "dp_barrier",
     "save", "load", "save_checkpoint", "resume_from_checkpoint", "clip_grad_norm_", "amp", "timeline",
     "SMPError", "SMPConfigError", "SMPUnsupportedError", "SMPValidationError", "SMPTraceError",
-    "SMPRemoteError",
+    "SMPRemoteError", "num_microbatches", "state", "nn", "optimizers", "patches", "set_activation_checkpointing",
+    "model_creation", "delay_param_initialization",
 ]

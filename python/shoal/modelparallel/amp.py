@@ -8,20 +8,26 @@ over every rank (all partitions and replicas) in ``unscale_`` (which
 ``step`` calls), so every rank skips or steps together and the scales stay
 equal. Ranks that never computed the loss (every partition but the last)
 initialise the scale on first use. All ranks must call ``unscale_``/``step``
-the same number of times.
+the same number of times. The scaler's state lives on the partitions' device
+(``device`` defaults to its type: "cuda" on a GPU, as torch.cuda.amp's).
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.distributed as dist
 
+from .runtime import partition_device
 from .state import require
 
 
 class GradScaler(torch.amp.GradScaler):
     def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, enabled: bool = True, device: str = "cpu"):
+                 growth_interval: int = 2000, enabled: bool = True, device: Optional[str] = None):
+        if device is None:     # the partitions' device type (torch.cuda.amp.GradScaler's "cuda" on a GPU)
+            device = partition_device().type
         super().__init__(device, init_scale=init_scale, growth_factor=growth_factor,
                          backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
 
@@ -33,7 +39,7 @@ class GradScaler(torch.amp.GradScaler):
             self._lazy_init_scale_growth_tracker(torch.device(self._device))
         super().unscale_(optimizer)
         state = self._per_optimizer_states[id(optimizer)]
-        found = torch.zeros(1, dtype=torch.float32)
+        found = torch.zeros(1, dtype=torch.float32, device=self._device)
         for v in state["found_inf_per_device"].values():
             found += v.float().reshape(1)
         if s.world_size > 1:

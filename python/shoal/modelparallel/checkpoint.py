@@ -6,17 +6,7 @@ rank 0 only (``obj`` should then be whole, e.g. ``model.state_dict()``).
 ``smp.load(f, partial=True)`` reads this rank's file back.
 
 ``save_checkpoint(path, tag, partial, model, optimizer, user_content)`` (every
-rank calls it) writes
-
-    path/{tag}_partial/model_pp{r}.pt       each partition's local_state_dict
-    path/{tag}_partial/optimizer_pp{r}.pt   each partition's optimizer state
-    path/{tag}_partial/user_content.pt
-    path/{tag}_partial/meta.json            written last: marks it complete
-    path/{tag}                              (partial=False) the whole model's
-                                            state_dict: torch.load() it into
-                                            the plain module
-    path/optimizer_{tag}, path/user_content_{tag}   (partial=False)
-    path/newest                             the newest complete tag
+rank calls it) writes the files that shoal.mpcommon.layout names.
 
 Every file is written to a temporary name, flushed and renamed, and ``newest``
 is updated only after every rank has finished, so a crash never leaves a
@@ -31,15 +21,14 @@ of partitions.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import shutil
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
+from ..mpcommon import layout as L
 from ..mpcommon.errors import SMPValidationError
 from .state import require
 
@@ -59,15 +48,6 @@ def _atomic_save(obj: Any, path: str, pickle_module=pickle, pickle_protocol: int
             os.unlink(tmp)
 
 
-def _atomic_text(text: str, path: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _load(path: str, map_location=None) -> Any:
     return torch.load(path, map_location=map_location, weights_only=False)
 
@@ -79,15 +59,13 @@ def save(obj: Any, f: str, partial: bool = True, pickle_module=pickle, pickle_pr
         raise SMPValidationError("smp.save: f must be a file name (str)")
     if s.dp_rank != 0:
         return
-    if partial:
-        _atomic_save(obj, f"{f}_{s.pp_rank}", pickle_module, pickle_protocol)
-    elif s.pp_rank == 0:
-        _atomic_save(obj, f, pickle_module, pickle_protocol)
+    if partial or s.pp_rank == 0:
+        _atomic_save(obj, L.save_file(f, s.pp_rank, partial), pickle_module, pickle_protocol)
 
 
 def load(f: str, map_location=None, pickle_module=None, partial: bool = True, **pickle_load_args) -> Any:
     s = require()
-    path = f"{f}_{s.pp_rank}" if partial else f
+    path = L.save_file(f, s.pp_rank, partial)
     if not os.path.exists(path):
         raise FileNotFoundError(f"smp.load: {path} does not exist"
                                 + (" (partial=True reads f'{f}_{pp_rank}')" if partial else ""))
@@ -100,84 +78,65 @@ def save_checkpoint(path: str, tag: str, partial: bool = True, model=None, optim
     s = require()
     tag = str(tag)
     if partial:
-        d = os.path.join(path, f"{tag}_partial")
+        d = L.partial_dir(path, tag)
         if s.dp_rank == 0:
             os.makedirs(d, exist_ok=True)
             if model is not None:
-                _atomic_save(model.local_state_dict(), os.path.join(d, f"model_pp{s.pp_rank}.pt"))
+                _atomic_save(model.local_state_dict(), L.model_part(d, s.pp_rank))
             if optimizer is not None:
-                _atomic_save(optimizer.local_state_dict(), os.path.join(d, f"optimizer_pp{s.pp_rank}.pt"))
+                _atomic_save(optimizer.local_state_dict(), L.optimizer_part(d, s.pp_rank))
             if s.pp_rank == 0:
-                _atomic_save(user_content, os.path.join(d, "user_content.pt"))
+                _atomic_save(user_content, os.path.join(d, L.USER_CONTENT))
     else:
         full_model = model.state_dict() if model is not None and s.dp_rank == 0 else None
         full_opt = optimizer.state_dict() if optimizer is not None and s.dp_rank == 0 else None
         if s.rank == 0:
             if model is not None:
-                _atomic_save(full_model, os.path.join(path, tag))
+                _atomic_save(full_model, L.full_model(path, tag))
             if optimizer is not None:
-                _atomic_save(full_opt, os.path.join(path, f"optimizer_{tag}"))
-            _atomic_save(user_content, os.path.join(path, f"user_content_{tag}"))
+                _atomic_save(full_opt, L.full_optimizer(path, tag))
+            _atomic_save(user_content, L.full_user_content(path, tag))
     dist.barrier(group=s.ctl)
     if s.rank == 0:
         if partial:
-            meta = {"tag": tag, "pp_size": s.pp_size, "model": model is not None,
-                    "optimizer": optimizer is not None}
-            _atomic_text(json.dumps(meta), os.path.join(path, f"{tag}_partial", "meta.json"))
-        _atomic_text(tag, os.path.join(path, "newest"))
+            L.write_meta(path, tag, {"tag": tag, "pp_size": s.pp_size, "model": model is not None,
+                                     "optimizer": optimizer is not None})
+        L.write_newest(path, tag)
         if partial and num_kept_partial_checkpoints:
-            _prune(path, num_kept_partial_checkpoints)
+            L.prune(path, num_kept_partial_checkpoints)
     dist.barrier(group=s.ctl)
-
-
-def _prune(path: str, keep: int) -> None:
-    dirs = [os.path.join(path, n) for n in os.listdir(path) if n.endswith("_partial")
-            and os.path.exists(os.path.join(path, n, "meta.json"))]
-    dirs.sort(key=lambda d: os.path.getmtime(os.path.join(d, "meta.json")))
-    for d in dirs[:-keep]:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def resume_from_checkpoint(path: str, tag: Optional[str] = None, partial: bool = True, strict: bool = True,
                            load_optimizer: bool = True, load_sharded_optimizer_state: bool = True,
                            translate_function=None) -> Any:
     s = require()
-    if tag is None:
-        newest = os.path.join(path, "newest")
-        if not os.path.exists(newest):
-            raise FileNotFoundError(f"smp.resume_from_checkpoint: no checkpoint in {path} "
-                                    f"({newest} is missing)")
-        with open(newest) as f:
-            tag = f.read().strip()
+    who = "smp.resume_from_checkpoint"
+    tag = L.newest_tag(path, who, tag)
     if partial:
-        d = os.path.join(path, f"{tag}_partial")
-        meta_path = os.path.join(d, "meta.json")
-        if not os.path.exists(meta_path):
-            raise FileNotFoundError(f"smp.resume_from_checkpoint: {d} is not a complete partial checkpoint "
-                                    f"({meta_path} is missing)")
-        with open(meta_path) as f:
-            meta = json.load(f)
+        d = L.partial_dir(path, tag)
+        meta = L.read_meta(path, tag, who)
         model_sd, opt_sd = None, None
         if meta["model"]:
             model_sd = {}
             for r in range(meta["pp_size"]):
-                part = _load(os.path.join(d, f"model_pp{r}.pt"))
+                part = _load(L.model_part(d, r))
                 part.pop("_smp_is_partial", None)
                 model_sd.update(part)
         if meta["optimizer"] and load_optimizer:
             opt_sd = {"state": {}, "param_groups": None}
             for r in range(meta["pp_size"]):
-                part = _load(os.path.join(d, f"optimizer_pp{r}.pt"))
+                part = _load(L.optimizer_part(d, r))
                 opt_sd["state"].update(part["state"])
                 opt_sd["param_groups"] = opt_sd["param_groups"] or part["param_groups"]
-        uc = os.path.join(d, "user_content.pt")
+        uc = os.path.join(d, L.USER_CONTENT)
         user_content = _load(uc) if os.path.exists(uc) else None
     else:
-        mp = os.path.join(path, tag)
+        mp = L.full_model(path, tag)
         model_sd = _load(mp) if os.path.exists(mp) else None
-        op = os.path.join(path, f"optimizer_{tag}")
+        op = L.full_optimizer(path, tag)
         opt_sd = _load(op) if load_optimizer and os.path.exists(op) else None
-        uc = os.path.join(path, f"user_content_{tag}")
+        uc = L.full_user_content(path, tag)
         user_content = _load(uc) if os.path.exists(uc) else None
     if translate_function is not None and model_sd is not None:
         model_sd = translate_function(model_sd)

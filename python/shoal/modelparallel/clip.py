@@ -25,16 +25,24 @@ def clip_grad_norm_(parameters: Union[torch.Tensor, Iterable[torch.Tensor]], max
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]
+    return clip_grads_(grads, max_norm, norm_type, error_if_nonfinite, s)
+
+
+def clip_grads_(grads, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                s=None) -> torch.Tensor:
+    """Clips `grads` (this rank's share of the model's gradients) by the norm over every partition."""
+    s = s or require()
+    dev = grads[0].device if grads else torch.device("cpu")
     norm_type = float(norm_type)
     if norm_type == math.inf:
-        local = max((g.detach().abs().max().double() for g in grads),
-                    default=torch.zeros((), dtype=torch.float64))
-        local = torch.as_tensor(local, dtype=torch.float64).reshape(1)
+        local = torch.zeros(1, dtype=torch.float64, device=dev)
+        for g in grads:
+            local = torch.maximum(local, g.detach().abs().max().double().reshape(1))
         if s.pp_size > 1:
             dist.all_reduce(local, op=dist.ReduceOp.MAX, group=s.pipe)
         total = local[0]
     else:
-        local = torch.zeros(1, dtype=torch.float64)
+        local = torch.zeros(1, dtype=torch.float64, device=dev)
         for g in grads:
             local += g.detach().double().abs().pow(norm_type).sum()
         if s.pp_size > 1:

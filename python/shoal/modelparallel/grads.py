@@ -14,7 +14,8 @@ group as soon as all of its parameters are final:
 - after the task, any parameter of it that received no gradient is marked too;
 - buckets are launched strictly in order, the same on every DP rank.
 
-``finish()`` waits for all buckets at the end of the step and copies the
+A communication hook (``register_comm_hook``, DDP's interface) replaces the
+allreduce of each bucket. ``finish()`` waits for all buckets at the end of the step and copies the
 averages back into ``.grad``. A parameter without a gradient on this rank
 contributes zeros; it keeps ``grad = None`` when the average is zero as well.
 """
@@ -40,6 +41,31 @@ class _Bucket:
     work: object = None
 
 
+class GradBucket:
+    """What a DDP communication hook receives (the methods torch's hooks call)."""
+
+    def __init__(self, index: int, bucket: _Bucket, last: bool):
+        self._index, self._b, self._last = index, bucket, last
+
+    def index(self) -> int:
+        return self._index
+
+    def buffer(self) -> torch.Tensor:
+        return self._b.flat
+
+    def set_buffer(self, t: torch.Tensor) -> None:
+        self._b.flat.copy_(t)
+
+    def is_last(self) -> bool:
+        return self._last
+
+    def parameters(self) -> List[torch.Tensor]:
+        return list(self._b.params)
+
+    def gradients(self) -> List[torch.Tensor]:
+        return [self._b.flat[o:o + p.numel()].view_as(p) for p, o in zip(self._b.params, self._b.offsets)]
+
+
 class GradReducer:
     def __init__(self, params: Sequence[torch.nn.Parameter], group, cap_bytes: int):
         self.group = group
@@ -51,6 +77,7 @@ class GradReducer:
         self.armed: set = set()
         self.done: set = set()
         self.next = 0
+        self.comm_hook = None         # (state, hook): DistributedModel.register_comm_hook
         self.handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.params]
 
     def close(self) -> None:
@@ -100,7 +127,7 @@ class GradReducer:
         for p in params:
             offsets.append(n)
             n += p.numel()
-        return _Bucket(params, offsets, torch.zeros(n, dtype=params[0].dtype))
+        return _Bucket(params, offsets, torch.zeros(n, dtype=params[0].dtype, device=params[0].device))
 
     # -- progress
     def arm(self, params: Sequence[torch.nn.Parameter]) -> None:
@@ -142,7 +169,11 @@ class GradReducer:
             else:
                 view.copy_(p.grad.reshape(-1))
                 b.had_grad.append(True)
-        b.work = dist.all_reduce(b.flat, op=dist.ReduceOp.AVG, group=self.group, async_op=True)
+        if self.comm_hook is not None:
+            state, hook = self.comm_hook
+            b.work = hook(state, GradBucket(self.buckets.index(b), b, self.next + 1 == len(self.buckets)))
+        else:
+            b.work = dist.all_reduce(b.flat, op=dist.ReduceOp.AVG, group=self.group, async_op=True)
         timeline.record(f"allreduce start ({b.flat.numel() * b.flat.element_size() / 2**20:.2f} MB)",
                         "comm", t0, timeline.now())
 
@@ -152,7 +183,11 @@ class GradReducer:
         self._launch_ready()
         t0 = timeline.now()
         for b in self.buckets:
-            b.work.wait()
+            got = b.work.wait()
+            if self.comm_hook is not None:      # a hook's future holds the reduced tensor
+                got = got[0] if isinstance(got, (list, tuple)) else got
+                if got.data_ptr() != b.flat.data_ptr():
+                    b.flat.copy_(got.reshape(-1))
             for p, off, had in zip(b.params, b.offsets, b.had_grad):
                 avg = b.flat[off:off + p.numel()].view_as(p)
                 if p.grad is not None:

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from . import clip
 from ..mpcommon.errors import SMPUnsupportedError, SMPValidationError
 from .pipeline import Executor
-from .runtime import ModelRuntime
+from .runtime import ModelRuntime, to_device
 from .state import require
 
 
@@ -65,13 +65,23 @@ class DistributedModel(torch.nn.Module):
                                      f"{type(module).__name__}")
         if isinstance(module, DistributedModel):
             raise SMPValidationError("smp.DistributedModel: the module is wrapped already")
+        half = s.cfg.half_dtype
+        if half is not None:
+            wrong = [(n, p.dtype) for n, p in module.named_parameters()
+                     if p.is_floating_point() and p.dtype != getattr(torch, half) and p.device.type != "meta"]
+            if wrong:
+                key = "fp16" if half == "float16" else "bf16"
+                raise SMPValidationError(
+                    f"smp.DistributedModel ({s.who()}): the config sets '{key}', but {len(wrong)} parameters are "
+                    f"not {half} (e.g. '{wrong[0][0]}' is {wrong[0][1]}): build the model inside "
+                    f"`with smp.model_creation(dtype=torch.{half}):`")
         super().__init__()
         self.module = module
         self._smp = _Options(rt=None, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=broadcast_buffers,
                              average_grads_across_microbatches=average_grads_across_microbatches,
                              overlapping_allreduce=overlapping_allreduce, hooks=[], partial_keys=None,
                              backward_passes_per_step=backward_passes_per_step, backward_passes=0,
-                             partial_strict=True, epoch=s.epoch)
+                             partial_strict=True, epoch=s.epoch, comm_hook=None, gathered=False)
         s.model = self
 
     # ------------------------------------------------------------- attribute access
@@ -87,17 +97,113 @@ class DistributedModel(torch.nn.Module):
     def forward(self, *args, **kwargs):
         s = require()
         if s.step_ctx is None:
+            if s.pp_size == 1:
+                return self._forward_whole(args, kwargs)
             raise SMPValidationError(
-                "smp: the smp.DistributedModel can only be called inside an @smp.step function; for "
-                "inference outside the pipeline, load model.state_dict() into a plain copy of the module")
+                "smp: the smp.DistributedModel can only be called inside an @smp.step function when it has "
+                "more than one partition; for inference outside the pipeline, load model.state_dict() into a "
+                "plain copy of the module")
         return s.step_ctx.model_call(args, _without_cache(self.module, args, kwargs))
 
+    def _forward_whole(self, args, kwargs):
+        """One partition, outside @smp.step: the module itself, on the partition's device."""
+        if self._smp.rt is None:
+            self._partition(None, _Call(args, kwargs))
+        self._check_current()
+        dev = self._smp.rt.device
+        return self.module(*to_device(args, dev), **to_device(kwargs, dev))
+
     def backward(self, tensors, grad_tensors=None) -> None:
-        """Queues the backward pass of this microbatch (like torch.autograd.backward)."""
+        """Queues the backward pass of this microbatch (like torch.autograd.backward). Outside a step
+        (one partition), runs it at once, scaled by the fp16 loss scale, and averages the gradients
+        over the replicas (``ddp``)."""
         s = require()
         if s.step_ctx is None:
+            if s.pp_size == 1 and self._smp.rt is not None:
+                self._backward_whole(tensors, grad_tensors)
+                return
             raise SMPValidationError("smp: model.backward() must be called inside an @smp.step function")
         s.step_ctx.record_backward(tensors, grad_tensors)
+
+    def _backward_whole(self, tensors, grad_tensors) -> None:
+        s = require()
+        ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        gs = [None] * len(ts) if grad_tensors is None else (
+            [grad_tensors] if isinstance(grad_tensors, torch.Tensor) else list(grad_tensors))
+        scale = s.optimizers[0].loss_scale if s.optimizers else 1.0
+        gs = [(torch.ones_like(t) if g is None else g) * scale for t, g in zip(ts, gs)]
+        reducer = self._smp.rt.reducer
+        self._smp.backward_passes += 1
+        sync = reducer is not None and self._smp.backward_passes % self._smp.backward_passes_per_step == 0
+        if sync:
+            reducer.begin_step("whole", [])
+        torch.autograd.backward(ts, gs)
+        if sync:
+            reducer.finish()
+
+    def _check_current(self) -> None:
+        s = require()
+        if self._smp.epoch != s.epoch or s.model is not self:
+            raise SMPValidationError("smp: this DistributedModel belongs to an earlier smp.init(); wrap the "
+                                     "model again")
+        if self._smp.gathered:
+            raise SMPValidationError("smp: the model was gathered to the CPU with model.cpu(); it cannot run "
+                                     "the pipeline any more (wrap a fresh model)")
+
+    def get_module(self) -> torch.nn.Module:
+        """The wrapped module (SageMaker's name for ``model.module``)."""
+        return self.module
+
+    def to(self, *args, **kwargs):
+        """A dtype conversion applies; a device move is ignored: the library places each partition on
+        its rank's current device (as SageMaker's does)."""
+        _, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None:
+            self.module.to(dtype=dtype, non_blocking=non_blocking)
+        return self
+
+    def cuda(self, device=None):
+        return self
+
+    def cpu(self):
+        """Gathers the whole model (every partition's parameters and buffers) to the CPU on every
+        rank of the replica; afterwards the model serves state_dict() and plain use, not steps."""
+        if self._smp.rt is None:
+            self.module.cpu()
+            return self
+        full = self.state_dict()
+        with torch.no_grad():
+            for name, t in list(self.module.named_parameters(remove_duplicate=False)):
+                if name in full:
+                    t.data = full[name].detach().to("cpu").clone()
+            for mname, mod in self.module.named_modules(remove_duplicate=False):
+                for bname, b in list(mod._buffers.items()):
+                    key = f"{mname}.{bname}" if mname else bname
+                    if b is not None and key in full:
+                        mod._buffers[bname] = full[key].detach().to("cpu").clone()
+        self._smp.gathered = True
+        return self
+
+    def register_comm_hook(self, state: Any, hook: Callable) -> None:
+        """As DistributedDataParallel's: ``hook(state, bucket)`` reduces each gradient bucket over the
+        data-parallel group instead of the default average and returns a torch.futures.Future of the
+        reduced tensor (e.g. torch's ``default_hooks.fp16_compress_hook`` with
+        ``smp.get_dp_process_group()`` as state). Register it before the first step."""
+        if not callable(hook):
+            raise SMPValidationError(f"smp.DistributedModel.register_comm_hook: hook must be callable, got "
+                                     f"{type(hook).__name__}")
+        if self._smp.comm_hook is not None:
+            raise SMPValidationError("smp.DistributedModel.register_comm_hook: a comm hook is registered "
+                                     "already (one per model, as in DDP)")
+        self._smp.comm_hook = (state, hook)
+        rt = self._smp.rt
+        if rt is not None and rt.reducer is not None:
+            rt.reducer.comm_hook = self._smp.comm_hook
+
+    def join(self, *args, **kwargs):
+        raise SMPUnsupportedError("smp.DistributedModel.join(): uneven inputs across replicas are not "
+                                  "supported by shoal; give every data-parallel rank the same number of "
+                                  "batches (e.g. drop_last=True in the DataLoader)")
 
     @property
     def partitioned(self) -> bool:
@@ -110,11 +216,9 @@ class DistributedModel(torch.nn.Module):
 
     def _run_step(self, ctx) -> List[Any]:
         s = require()
-        if self._smp.epoch != s.epoch or s.model is not self:
-            raise SMPValidationError("smp: this DistributedModel belongs to an earlier smp.init(); wrap the "
-                                     "model again")
+        self._check_current()
         if self._smp.rt is None:
-            self._partition(ctx)
+            self._partition(ctx, ctx.calls[0])
         rt = self._smp.rt
         key, plan = rt.plan_for(ctx.calls[0])
         if key[:2] in rt.shape_keyed:
@@ -130,11 +234,14 @@ class DistributedModel(torch.nn.Module):
             sync = self._smp.backward_passes % self._smp.backward_passes_per_step == 0
         return Executor(rt, ctx, plan, sched, backward, sync_grads=sync).run()
 
-    def _partition(self, ctx) -> None:
+    def _partition(self, ctx, call) -> None:
         s = require()
-        _check_same_inputs(ctx, s)
-        rt = ModelRuntime.create(self, ctx.calls[0], s)
+        if ctx is not None:
+            _check_same_inputs(ctx, s)
+        rt = ModelRuntime.create(self, call, s)
         self._smp.rt = rt
+        if rt.reducer is not None:
+            rt.reducer.comm_hook = self._smp.comm_hook
         if self._smp.partial_keys is not None:
             local = [n for n, o in rt.pl.owner.items() if o == rt.me]
             missing = [n for n in local if n not in self._smp.partial_keys
@@ -189,7 +296,7 @@ class DistributedModel(torch.nn.Module):
             yield m
 
     # ------------------------------------------------------------- state
-    def local_state_dict(self) -> Dict[str, Any]:
+    def local_state_dict(self, *args, **kwargs) -> Dict[str, Any]:
         sd = collections.OrderedDict((k, v) for k, v in self.module.state_dict().items() if self._owned(k))
         sd["_smp_is_partial"] = True
         return sd
@@ -203,7 +310,7 @@ class DistributedModel(torch.nn.Module):
         local = self.local_state_dict()
         local.pop("_smp_is_partial")
         parts: List[Any] = [None] * s.pp_size
-        dist.all_gather_object(parts, {k: v.detach() for k, v in local.items()}, group=s.pipe)
+        dist.all_gather_object(parts, {k: v.detach().cpu() for k, v in local.items()}, group=s.pipe)
         merged = {}
         for p in parts:
             merged.update(p)
@@ -244,6 +351,14 @@ class DistributedModel(torch.nn.Module):
         return clip.clip_grad_norm_(self.parameters(), max_norm, norm_type)
 
 
+class _Call:
+    """A model call outside @smp.step, as the partitioning reads it (steps.py's capture has the same fields)."""
+
+    def __init__(self, args: tuple, kwargs: dict):
+        self.args, self.kwargs = args, kwargs
+        self.grad_enabled = torch.is_grad_enabled()
+
+
 def _check_same_inputs(ctx, s) -> None:
     """Every rank of a replica must be given the same batch (checked once, at partitioning)."""
     if s.pp_size == 1:
@@ -252,7 +367,7 @@ def _check_same_inputs(ctx, s) -> None:
     for call in ctx.calls:
         for v in list(call.args) + list(call.kwargs.values()):
             for t in _tensors(v):
-                total[0] += t.detach().double().sum() if t.numel() else 0.0
+                total[0] += t.detach().double().sum().item() if t.numel() else 0.0
                 total[1] += t.numel()
     got = [torch.zeros(2, dtype=torch.float64) for _ in range(s.pp_size)]
     dist.all_gather(got, total, group=s.pipe)

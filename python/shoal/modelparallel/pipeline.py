@@ -11,7 +11,8 @@ The executor walks this rank's task list (schedule.py) in order:
   ``model.backward(loss)`` records the loss for B(i, s).
 - B(i, s): receive the gradients of what segment s sent (only for edges that
   carried a tensor requiring grad), run ``torch.autograd.backward`` from those
-  tensors (and from the recorded loss, scaled by 1/microbatches), and send the
+  tensors (and from the recorded loss, scaled by 1/microbatches and, with fp16,
+  by the optimizer's loss scale), and send the
   gradients of the segment's received inputs back to their producers.
 
 Received tensors are leaves, so each segment's autograd graph ends at its own
@@ -68,6 +69,8 @@ class Executor:
         self.works: List[Any] = []
         self.pending: Dict[int, transfer.Incoming] = {}   # posted receives by tag
         self.scale = 1.0 / self.m if rt.model._smp.average_grads_across_microbatches else 1.0
+        if s.optimizers:     # fp16: the loss is scaled (optimizer.py); 1 otherwise
+            self.scale *= s.optimizers[0].loss_scale
         self._t_compute = 0.0
 
     # ------------------------------------------------------------- helpers
@@ -80,13 +83,16 @@ class Executor:
     @contextlib.contextmanager
     def _modes(self, i: int):
         call = self.ctx.calls[i]
-        enabled, dtype = call.autocast
-        with torch.set_grad_enabled(call.grad_enabled), torch.autocast("cpu", dtype=dtype, enabled=enabled):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.set_grad_enabled(call.grad_enabled))
+            for device_type, (enabled, dtype) in call.autocast.items():
+                if enabled:
+                    stack.enter_context(torch.autocast(device_type, dtype=dtype))
             yield
 
     def _post(self, src_part: int, tag: int) -> None:
         if tag not in self.pending:
-            self.pending[tag] = transfer.Incoming(self.ranks[src_part], tag, self.group)
+            self.pending[tag] = transfer.Incoming(self.ranks[src_part], tag, self.group, self.rt.device)
 
     def _recv(self, src_part: int, tag: int, what: str):
         t0 = timeline.now()

@@ -10,7 +10,12 @@ Created on the first step (``ModelRuntime.create``), on every rank:
    0 broadcasts the buffers that every partition reads (glue buffers);
 3. parameters owned by other partitions are freed (``.data`` becomes an empty
    tensor; their shapes stay known for tracing), and optimizer state for them
-   is dropped.
+   is dropped;
+4. the local parameters and buffers (and the buffers every partition reads)
+   move to this rank's current device (:func:`partition_device`: the current
+   accelerator's device, set with ``torch.cuda.set_device`` or
+   ``torch.accelerator.set_device_index``, else the CPU). Whatever device the
+   model was on before, the library places each partition (as SageMaker's does).
 
 Afterwards each distinct way of calling the model (which arguments are
 tensors, the values of the others, train/eval) gets its graph and segments
@@ -40,6 +45,37 @@ def input_shapes(bound) -> tuple:
     return tuple((k, tuple(v.shape)) for k, v in bound.items() if isinstance(v, torch.Tensor))
 
 
+def partition_device() -> torch.device:
+    """This rank's current device: the current accelerator's (CUDA, ROCm, a PrivateUse1 device), else the CPU."""
+    if torch.accelerator.is_available():
+        acc = torch.accelerator.current_accelerator()
+        return torch.device(acc.type, torch.accelerator.current_device_index())
+    return torch.device("cpu")
+
+
+def to_device(v: Any, device: torch.device) -> Any:
+    """`v` with every tensor in it on `device` (the partition's: inputs may come from a CPU data loader)."""
+    if isinstance(v, torch.Tensor):
+        return v if v.device == device else v.to(device)
+    if isinstance(v, tuple) and hasattr(v, "_fields"):
+        return type(v)(*(to_device(x, device) for x in v))
+    if isinstance(v, (list, tuple)):
+        return type(v)(to_device(x, device) for x in v)
+    if isinstance(v, dict):
+        return type(v)((k, to_device(x, device)) for k, x in v.items())
+    return v
+
+
+def _set_data(p: torch.Tensor, new: torch.Tensor) -> None:
+    """Gives parameter `p` the data `new`, keeping the object (the optimizer and the user hold it);
+    across device types whose tensors are not interchangeable, by swapping the two tensors."""
+    if torch._has_compatible_shallow_copy_type(p, new):
+        p.data = new
+    else:
+        torch.utils.swap_tensors(p, torch.nn.Parameter(new, requires_grad=p.requires_grad)
+                                 if isinstance(p, torch.nn.Parameter) else new)
+
+
 def _flat_broadcast(tensors: List[torch.Tensor], src: int, group) -> None:
     by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
     for t in tensors:
@@ -63,6 +99,7 @@ class ModelRuntime:
         self.pl = pl
         self.s = s
         self.me = s.pp_rank
+        self.device = partition_device()
         self.param_by_name = dict(self.root.named_parameters(remove_duplicate=False))
         self.buffer_by_name = dict(self.root.named_buffers(remove_duplicate=False))
         self.meta_state = {k: torch.empty(v.shape, dtype=v.dtype, device="meta")
@@ -79,8 +116,6 @@ class ModelRuntime:
         self.shape_keyed: set = set()  # plan keys whose graphs took branches on input sizes
         self.schedules: Dict[Any, S.Schedule] = {}
         self.reducer: Optional[GradReducer] = None
-        if s.dp_size > 1:
-            self.reducer = GradReducer(self.local_params, s.grad, model._smp.bucket_cap_mb * 2**20)
 
     # ------------------------------------------------------------- creation
     @classmethod
@@ -126,6 +161,8 @@ class ModelRuntime:
             print(P.describe(root, pl, microbatch), flush=True)
         rt = cls(model, pl, s)
         rt._distribute()
+        if s.dp_size > 1:    # after the parameters moved: its hooks and buckets live on them
+            rt.reducer = GradReducer(rt.local_params, s.grad, model._smp.bucket_cap_mb * 2**20)
         return rt
 
     def _distribute(self) -> None:
@@ -138,11 +175,44 @@ class ModelRuntime:
         rep = [self.buffer_by_name[n] for n in self.pl.replicated]
         if rep and s.world_size > 1:
             _flat_broadcast(rep, 0, s.ctl)
+        dev = self.device
         with torch.no_grad():
+            replaced = {}
             for name, p in self.param_by_name.items():
-                if id(p) not in self.local_ids and p.numel():
-                    p.data = torch.empty(0, dtype=p.dtype, device=p.device)
-                    p.grad = None
+                if id(p) in replaced:
+                    continue
+                local = id(p) in self.local_ids
+                if local and p.device == dev or not local and not p.numel() and p.device == dev:
+                    continue
+                new = p.detach().to(dev) if local else torch.empty(0, dtype=p.dtype, device=dev)
+                p.grad = None if not local else p.grad
+                if torch._has_compatible_shallow_copy_type(p, new):
+                    p.data = new
+                else:   # device types whose tensors are not interchangeable: a new Parameter
+                    replaced[id(p)] = torch.nn.Parameter(new, requires_grad=p.requires_grad)
+            if replaced:
+                self._replace_params(replaced)
+            keep = {n for n, o in self.pl.owner.items() if o == self.me} | set(self.pl.replicated)
+            for mname, mod in self.root.named_modules(remove_duplicate=False):
+                for bname, b in list(mod._buffers.items()):
+                    full = f"{mname}.{bname}" if mname else bname
+                    if b is not None and full in keep and b.device != dev:
+                        mod._buffers[bname] = b.to(dev)
+            self.buffer_by_name = dict(self.root.named_buffers(remove_duplicate=False))
+
+    def _replace_params(self, replaced: Dict[int, torch.nn.Parameter]) -> None:
+        """Puts the new Parameters in the modules, this runtime's indexes and every optimizer."""
+        for mod in self.root.modules():
+            for k, v in list(mod._parameters.items()):
+                if v is not None and id(v) in replaced:
+                    mod._parameters[k] = replaced[id(v)]
+        for opt in self.s.optimizers:
+            opt._smp_replace(replaced)
+        old_local = self.local_ids
+        self.param_by_name = dict(self.root.named_parameters(remove_duplicate=False))
+        self.local_params = [replaced.get(id(p), p) for p in self.local_params]
+        self.local_ids = {id(p) for p in self.local_params}
+        assert len(self.local_ids) == len(old_local)
 
     # ------------------------------------------------------------- plans
     def plan_for(self, call) -> Tuple[Any, stages.Plan]:

@@ -1,9 +1,9 @@
-"""The library's one piece of process state: what ``smp.init`` set up.
+"""``smp.init`` for PyTorch: the library's state (shoal.mpcommon.state) and its groups.
 
-The SageMaker API is a module-level API (``smp.rank()``, ``smp.step``), so the
-configuration, the rank layout and the process groups live in one object,
-:data:`STATE`, created by :func:`init`. Calling ``init`` again replaces it
-(new groups; models wrapped before must not be used any more).
+The configuration, the rank layout and the current model live in
+:data:`STATE` (framework-free part: mpcommon/state.py); this module adds the
+torch.distributed groups. Calling ``init`` again replaces them (new groups;
+models wrapped before must not be used any more).
 
 Groups (all torch.distributed groups on the ``shoal`` backend, created on
 every rank in the same order):
@@ -21,31 +21,22 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 from typing import Any, List, Optional
 
 import torch.distributed as dist
 
+import shoal.torch  # noqa: F401  (registers the backend)
+
 from ..mpcommon import config as C
-from ..mpcommon.errors import SMPValidationError
+from ..mpcommon import state as core
 from .failure import FailureMonitor
 from .placement import set_limit
-from ..mpcommon.topology import Topology
 
 
-class _State:
+class _State(core.State):
     def __init__(self):
-        self.initialized = False
-        self.epoch = 0
-        self.cfg: Optional[C.Config] = None
-        self.topo: Optional[Topology] = None
-        self.rank = 0
-        self.world_size = 1
-        self.local_rank = 0
-        self.local_size = 1
-        self.pp_rank = 0
-        self.dp_rank = 0
-        self.mp_ranks: List[int] = [0]
-        self.dp_ranks: List[int] = [0]
+        super().__init__()
         self.ctl = None
         self.pipe = None
         self.grad = None
@@ -53,32 +44,15 @@ class _State:
         self.mp = None
         self.dp = None
         self.monitor: Optional[FailureMonitor] = None
-        self.model: Any = None            # the DistributedModel
         self.optimizers: List[Any] = []   # DistributedOptimizers
         self.step_ctx: Any = None         # the step being run (steps.py)
-
-    @property
-    def pp_size(self) -> int:
-        return self.cfg.partitions
-
-    @property
-    def dp_size(self) -> int:
-        return self.world_size // self.cfg.partitions
-
-    def who(self) -> str:
-        return f"rank {self.rank} (pp_rank {self.pp_rank}, dp_rank {self.dp_rank})"
 
     def internal_groups(self) -> List:
         return [g for g in (self.pipe, self.grad, self.ctl) if g is not None]
 
 
 STATE = _State()
-
-
-def require() -> _State:
-    if not STATE.initialized:
-        raise SMPValidationError("smp: call smp.init() first")
-    return STATE
+require = STATE.require
 
 
 def _new_group(ranks: List[int]):
@@ -86,9 +60,7 @@ def _new_group(ranks: List[int]):
 
 
 def init(config=None) -> None:
-    """Initialises the library (see config.py for where the config comes from)."""
-    import shoal.torch  # noqa: F401  (registers the backend)
-
+    """Initialises the library (see mpcommon/config.py for where the config comes from)."""
     if not dist.is_initialized():
         if "RANK" not in os.environ:
             os.environ.setdefault("RANK", "0")
@@ -100,17 +72,9 @@ def init(config=None) -> None:
     cfg = C.parse(config, world_size=world_size)
     shutdown()
     s = STATE
-    s.epoch += 1
-    s.cfg = cfg
-    s.rank = dist.get_rank()
-    s.world_size = world_size
-    s.local_rank = int(os.environ.get("LOCAL_RANK", s.rank))
-    s.local_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    s.topo = Topology(world_size, cfg.partitions, C.placement_order(cfg.placement_strategy))
-    s.pp_rank = s.topo.pp_rank(s.rank)
-    s.dp_rank = s.topo.dp_rank(s.rank)
-    s.mp_ranks = s.topo.mp_group(s.rank)
-    s.dp_ranks = s.topo.dp_group(s.rank)
+    rank = dist.get_rank()
+    s.setup(cfg, rank, world_size, int(os.environ.get("LOCAL_RANK", rank)),
+            int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     s.ctl = _new_group(list(range(world_size)))
     s.world = _new_group(list(range(world_size)))
     for ranks in s.topo.mp_groups():
@@ -123,10 +87,10 @@ def init(config=None) -> None:
             s.grad, s.dp = grad, dp
     store = dist.distributed_c10d._get_default_store()
     s.monitor = FailureMonitor(store, f"shoal/smp/{s.epoch}/failure", s.who(), s.internal_groups, world_size)
-    s.model = None
     s.optimizers = []
     s.step_ctx = None
     s.initialized = True
+    core.activate(s)
     set_limit(cfg.partitions)
 
 
@@ -141,7 +105,6 @@ def shutdown() -> None:
 
 
 def _free_port() -> int:
-    import socket
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

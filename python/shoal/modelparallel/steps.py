@@ -34,41 +34,29 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from ..mpcommon import outputs as core_outputs
 from ..mpcommon.errors import SMPValidationError
+from .model import DistributedModel
+from .runtime import partition_device, to_device
 from .state import require
 
 
-class StepOutput:
-    """One value per microbatch of something a step function returned."""
+class StepOutput(core_outputs.StepOutput):
+    """One value per microbatch of something a step function returned (reductions: mpcommon/outputs.py)."""
 
-    def __init__(self, outputs: Sequence[Any]):
-        self.outputs = list(outputs)
+    @staticmethod
+    def _sum(values):
+        if isinstance(values[0], torch.Tensor):
+            return torch.stack([torch.as_tensor(o) for o in values]).sum(0)
+        return sum(values)
 
-    def reduce_mean(self):
-        return self.reduce_sum() / len(self.outputs)
+    @staticmethod
+    def _concat(values, dim):
+        return torch.cat(values, dim=dim)
 
-    def reduce_sum(self):
-        if isinstance(self.outputs[0], torch.Tensor):
-            return torch.stack([torch.as_tensor(o) for o in self.outputs]).sum(0)
-        return sum(self.outputs)
-
-    def concat(self, dim: int = 0):
-        return torch.cat(self.outputs, dim=dim)
-
-    def stack(self, dim: int = 0):
-        return torch.stack(self.outputs, dim=dim)
-
-    def __iter__(self):
-        return iter(self.outputs)
-
-    def __len__(self):
-        return len(self.outputs)
-
-    def __getitem__(self, i):
-        return self.outputs[i]
-
-    def __repr__(self):
-        return f"StepOutput({self.outputs!r})"
+    @staticmethod
+    def _stack(values, dim):
+        return torch.stack(values, dim=dim)
 
 
 class _Captured(BaseException):
@@ -79,7 +67,17 @@ class _Captured(BaseException):
         self.args = args
         self.kwargs = kwargs
         self.grad_enabled = torch.is_grad_enabled()
-        self.autocast = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+        # autocast per device type: the CPU's and the accelerator's, replayed in every stage
+        self.autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _autocast_types()}
+
+
+def _autocast_types() -> List[str]:
+    types = ["cpu"]
+    if torch.accelerator.is_available():
+        acc = torch.accelerator.current_accelerator().type
+        if torch.amp.is_autocast_available(acc):
+            types.append(acc)
+    return types
 
 
 class StepContext:
@@ -214,7 +212,6 @@ def split_inputs(fn: Callable, args: tuple, kwargs: dict, m: int, non_split: Seq
 
 
 def _is_model(v: Any) -> bool:
-    from .model import DistributedModel
     return isinstance(v, (DistributedModel, torch.nn.Module))
 
 
@@ -274,6 +271,9 @@ class StepFunction:
         m = s.cfg.microbatches
         where = f"in step function {getattr(self.fn, '__name__', '?')}"
         try:
+            dev = partition_device()
+            if dev.type != "cpu":
+                args, kwargs = to_device(args, dev), to_device(kwargs, dev)
             ctx = StepContext(self.fn, split_inputs(self.fn, args, kwargs, m, self.non_split, self.axes), m)
             s.step_ctx = ctx
             for i in range(m):

@@ -24,6 +24,8 @@ from typing import List, Optional
 
 import torch.distributed as dist
 
+from .state import require
+
 _EVENTS: List[list] = []
 _ON = [False]
 
@@ -60,7 +62,6 @@ def events() -> List[list]:
 def dump(path: Optional[str]) -> Optional[dict]:
     """Gathers every rank's events (a collective over all ranks) and, on rank 0,
     writes them to `path` atomically; returns the trace on rank 0."""
-    from .state import require
     s = require()
     gathered: List = [None] * s.world_size
     dist.all_gather_object(gathered, {"rank": s.rank, "pp_rank": s.pp_rank, "dp_rank": s.dp_rank,

@@ -14,8 +14,8 @@ sent as
 The metadata is the structure pickled with each tensor replaced by its index
 (pickle's persistent ids), plus each tensor's shape, dtype and requires_grad,
 so the receiver needs to know nothing in advance: variable sequence lengths
-and changing structures just work. The receiver allocates each tensor and
-receives into it; the ones that required grad on the sender are leaves that
+and changing structures just work. The receiver allocates each tensor (on the device it names: a pipeline stage
+receives onto its partition's device) and receives into it; the ones that required grad on the sender are leaves that
 require grad on the receiver, so that the receiver can send their gradients
 back.
 
@@ -118,9 +118,9 @@ def pack(obj: Any) -> Tuple[torch.Tensor, Optional[torch.Tensor], List[torch.Ten
     return header, extra, data, tensors
 
 
-def _allocate(meta: bytes) -> Tuple[bytes, List[torch.Tensor], List[bool]]:
+def _allocate(meta: bytes, device: torch.device) -> Tuple[bytes, List[torch.Tensor], List[bool]]:
     payload, descs = pickle.loads(meta)
-    tensors = [torch.empty(shape, dtype=_dtype(dtname)) for shape, dtname, _ in descs]
+    tensors = [torch.empty(shape, dtype=_dtype(dtname), device=device) for shape, dtname, _ in descs]
     return payload, tensors, [rg for _, _, rg in descs]
 
 
@@ -149,8 +149,9 @@ class Incoming:
     blocks) posts the tensors' receives as soon as the header has arrived, and
     ``wait()`` finishes it and returns the value and its tensors."""
 
-    def __init__(self, src: int, tag: int, group):
+    def __init__(self, src: int, tag: int, group, device: Optional[torch.device] = None):
         self.src, self.tag, self.group = src, tag, group
+        self.device = torch.device("cpu") if device is None else device
         self.header = torch.empty(HEADER_BYTES, dtype=torch.uint8)
         self.work = dist.irecv(self.header, src, group=group, tag=4 * tag)
         self.parsed: Optional[tuple] = None
@@ -169,7 +170,7 @@ class Incoming:
             extra = torch.empty(meta_len - first, dtype=torch.uint8)
             dist.irecv(extra, self.src, group=self.group, tag=4 * self.tag + 1).wait()
             meta += extra.numpy().tobytes()
-        payload, tensors, grads = _allocate(meta)
+        payload, tensors, grads = _allocate(meta, self.device)
         works = [dist.irecv(t, self.src, group=self.group, tag=4 * self.tag + 2) for t in tensors if t.numel()]
         self.parsed = (payload, tensors, grads, works)
 
@@ -182,5 +183,5 @@ class Incoming:
         return _finish(payload, tensors, grads)
 
 
-def recv(src: int, tag: int, group) -> Tuple[Any, List[torch.Tensor]]:
-    return Incoming(src, tag, group).wait()
+def recv(src: int, tag: int, group, device: Optional[torch.device] = None) -> Tuple[Any, List[torch.Tensor]]:
+    return Incoming(src, tag, group, device).wait()

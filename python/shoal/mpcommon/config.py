@@ -3,9 +3,13 @@
 Sources, first found wins: the dict passed to ``smp.init(config)``, JSON in
 ``SHOAL_MP_CONFIG``, JSON in SageMaker's ``SM_HP_MP_PARAMETERS``, else the
 defaults (one partition). Keys follow the SageMaker model-parallel library (v1).
-Every key is checked: unknown keys and wrong types are errors, and keys of the
-SageMaker library that shoal does not implement are rejected by name unless
-they carry their "off" value (e.g. ``tensor_parallel_degree: 1``).
+Every key of the SageMaker library is known and checked: unknown keys and
+wrong types are errors; keys of features that shoal does not implement are
+rejected by name unless they carry their "off" value (e.g.
+``tensor_parallel_degree: 1``); keys that only tune such a feature
+(``activation_loading_horizon``, ``sdp_*``, ``ddp_dist_backend``) and a few
+switches with no meaning here (``deterministic_server``, ``static_mode``,
+``fast_mode``) are accepted, checked and kept in the Config.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ OPTIMIZE = ("speed", "memory")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    """Every key of the SageMaker library (v1), resolved (``smp.state.cfg``)."""
     partitions: int = 1
     microbatches: int = 1
     pipeline: str = "interleaved"
@@ -35,45 +40,75 @@ class Config:
     placement_strategy: str = "cluster"
     ddp: bool = False
     horovod: bool = False                 # TensorFlow: data parallelism through the Horovod-style API
+    fp16: bool = False                    # half-precision parameters and activations (fp32 master weights)
+    bf16: bool = False
+    fp16_params: bool = False             # the older name of fp16 (v1.6-1.9)
+    delayed_parameter_initialization: bool = False
+    tensor_parallel_degree: int = 1
+    sharded_data_parallel_degree: int = 1
+    shard_optimizer_state: bool = False
+    prescaled_batch: bool = False
+    offload_activations: bool = False
+    skip_tracing: bool = False
+    activation_loading_horizon: int = 4
+    ddp_dist_backend: str = "auto"
+    sdp_reduce_bucket_size: int = int(5e8)
+    sdp_param_persistence_threshold: int = int(1e6)
+    sdp_max_live_parameters: int = int(1e9)
+    sdp_hierarchical_allgather: bool = True
+    sdp_gradient_clipping: float = 1.0
+    deterministic_server: bool = False
+    static_mode: bool = False
+    fast_mode: bool = False
+    predefined_hooks: bool = True
+    contiguous: bool = True
+    xla: bool = False
     source: str = "defaults"              # where the config came from (for messages)
 
     @property
     def pipeline_parallel_degree(self) -> int:
         return self.partitions
 
+    @property
+    def half_dtype(self) -> Optional[str]:
+        """'float16', 'bfloat16' or None: the dtype of the model's parameters and activations."""
+        if self.fp16 or self.fp16_params:
+            return "float16"
+        return "bfloat16" if self.bf16 else None
 
-# Keys of the SageMaker library that shoal does not implement, with the value
-# that means "off" (accepted) and why the feature is missing.
+
+# Keys of features shoal does not implement, with the value that means "off" (accepted) and the feature.
 _UNSUPPORTED = {
     "tensor_parallel_degree": (1, "tensor parallelism"),
     "sharded_data_parallel_degree": (1, "sharded data parallelism"),
-    "fp16": (False, "the FP16 training wrapper (use torch.autocast and smp.amp.GradScaler)"),
-    "bf16": (False, "the BF16 training wrapper (use torch.autocast)"),
-    "fp16_params": (False, "FP16 parameter initialisation"),
     "shard_optimizer_state": (False, "optimizer state sharding"),
     "prescaled_batch": (False, "prescaled batches (a tensor-parallel feature)"),
     "offload_activations": (False, "activation offloading"),
-    "delayed_parameter_initialization": (False, "delayed parameter initialisation"),
     "skip_tracing": (False, "skipping the tracing step"),
-    "horovod": (False, "Horovod (a TensorFlow option)"),
     "contiguous": (True, "non-contiguous TensorFlow partitions"),
-    "predefined_hooks": (True, "predefined Hugging Face hooks"),
+    "predefined_hooks": (True, "turning off the predefined Hugging Face hooks"),
+    "horovod": (False, "Horovod (a TensorFlow option)"),
+    "delayed_parameter_initialization": (False, "delayed parameter initialisation"),
 }
-# Keys that only tune features above; accepted only together with them.
-_UNSUPPORTED_TUNING = {
-    "activation_loading_horizon": "offload_activations",
-    "sdp_reduce_bucket_size": "sharded_data_parallel_degree",
-    "sdp_param_persistence_threshold": "sharded_data_parallel_degree",
-    "sdp_max_live_parameters": "sharded_data_parallel_degree",
-    "sdp_hierarchical_allgather": "sharded_data_parallel_degree",
-    "sdp_gradient_clipping": "sharded_data_parallel_degree",
+# Keys that only tune a feature (the key named): accepted, checked, and meaningful once it is on.
+_TUNING = {
+    "activation_loading_horizon": ("offload_activations", "int"),
+    "sdp_reduce_bucket_size": ("sharded_data_parallel_degree", "int"),
+    "sdp_param_persistence_threshold": ("sharded_data_parallel_degree", "int"),
+    "sdp_max_live_parameters": ("sharded_data_parallel_degree", "int"),
+    "sdp_hierarchical_allgather": ("sharded_data_parallel_degree", "bool"),
+    "sdp_gradient_clipping": ("sharded_data_parallel_degree", "float"),
+    "ddp_dist_backend": ("ddp", ("auto", "nccl")),
 }
-# Accepted and meaningless here (documented in docs/modelparallel.md).
-_NOOP = {"deterministic_server": bool}
+# Accepted and meaningless here (documented in docs/modelparallel.md): the SageMaker server's
+# determinism, and two undocumented switches of SMP's own tracer that the GPT-2 example sets.
+_NOOP = {"deterministic_server": bool, "static_mode": bool, "fast_mode": bool}
 
 _KNOWN = ("partitions", "pipeline_parallel_degree", "microbatches", "pipeline",
           "active_microbatches", "auto_partition", "default_partition", "memory_weight",
-          "optimize", "placement_strategy", "ddp")
+          "optimize", "placement_strategy", "ddp", "fp16", "bf16", "fp16_params")
+# Keys of "off"-only features, of tuning knobs and no-ops, which the TensorFlow face also accepts.
+_EVERY = _KNOWN + tuple(_UNSUPPORTED) + tuple(_TUNING) + tuple(_NOOP) + ("horovod", "xla")
 
 
 def _type_name(v: Any) -> str:
@@ -159,16 +194,16 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
                 raise SMPUnsupportedError(
                     f"smp config ({source}): '{key}': {v!r} is not supported by shoal: {what} is not "
                     f"implemented (only {json.dumps(off)} is accepted); see docs/modelparallel.md")
+            cfg[key] = v
             continue
-        if key in _UNSUPPORTED_TUNING:
-            raise SMPUnsupportedError(
-                f"smp config ({source}): '{key}' tunes '{_UNSUPPORTED_TUNING[key]}', which shoal does not "
-                f"implement; remove it (see docs/modelparallel.md)")
+        if key in _TUNING:
+            cfg[key] = _tuning(key, v, _TUNING[key][1], source)
+            continue
         if key in _NOOP:
-            _bool(key, v)
+            cfg[key] = _bool(key, v)
             continue
         if key not in _KNOWN:
-            near = difflib.get_close_matches(key, list(_KNOWN) + list(_UNSUPPORTED), n=1)
+            near = difflib.get_close_matches(key, list(_EVERY), n=1)
             hint = f" (did you mean '{near[0]}'?)" if near else ""
             raise SMPConfigError(
                 f"smp config ({source}): unknown key '{key}'{hint}; known keys: {', '.join(_KNOWN)}")
@@ -199,6 +234,15 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
     placement_order(placement)
     ddp = _bool("ddp", cfg.get("ddp", False))
     horovod = cfg.get("horovod", False)
+    fp16 = _bool("fp16", cfg.get("fp16", False))
+    fp16_params = _bool("fp16_params", cfg.get("fp16_params", False))
+    bf16 = _bool("bf16", cfg.get("bf16", False))
+    if bf16 and (fp16 or fp16_params):
+        raise SMPConfigError(f"smp config ({source}): 'fp16' and 'bf16' are both true; choose one half-precision "
+                             f"type")
+    if tf_keys and (fp16 or fp16_params or bf16):
+        raise SMPUnsupportedError(f"smp config ({source}): 'fp16'/'bf16': the TensorFlow front end takes its "
+                                  f"precision from Keras (tf.keras.mixed_precision), not from smp")
 
     if world_size is not None:
         if world_size % p:
@@ -211,6 +255,21 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
                 f"smp config ({source}): {world_size} ranks and {p} partitions make "
                 f"{world_size // p} model replicas, which needs {need} (hybrid model and data "
                 f"parallelism); or set 'partitions' to {world_size}")
+    rest = {k: cfg[k] for k in list(_UNSUPPORTED) + list(_TUNING) + list(_NOOP) + ["xla"] if k in cfg and k != "horovod"}
     return Config(partitions=p, microbatches=m, pipeline=pipeline, active_microbatches=active,
                   auto_partition=auto, default_partition=default_partition, memory_weight=float(mw),
-                  optimize=optimize, placement_strategy=placement, ddp=ddp, horovod=horovod, source=source)
+                  optimize=optimize, placement_strategy=placement, ddp=ddp, horovod=horovod, fp16=fp16,
+                  fp16_params=fp16_params, bf16=bf16, source=source,
+                  **rest)
+
+
+def _tuning(key: str, v: Any, kind, source: str) -> Any:
+    if kind == "int":
+        return _int(key, v, lo=0)
+    if kind == "bool":
+        return _bool(key, v)
+    if kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise SMPConfigError(f"smp config ({source}): '{key}' must be a number, got {v!r}")
+        return float(v)
+    return _choice(key, v, kind)

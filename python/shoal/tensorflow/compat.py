@@ -6,6 +6,8 @@ returning itself). optimizer.get_gradients / compute_gradients exist inside
 
 from __future__ import annotations
 
+from tensorflow import keras
+
 _DONE = [False]
 
 
@@ -19,7 +21,6 @@ class _CallableList(list):
 def install() -> None:
     if _DONE[0]:
         return
-    from tensorflow import keras
     base = keras.optimizers.Optimizer
     prop = None
     for klass in base.__mro__:

@@ -26,28 +26,26 @@ from ...mpcommon.config import Config
 from ...mpcommon.errors import (SMPConfigError, SMPError, SMPTraceError, SMPUnsupportedError,
                                 SMPValidationError)
 from .checkpoint import CheckpointManager
+from ...mpcommon.ranks import (dp_rank, dp_size, get_dp_group, get_mp_group, get_pp_group, is_initialized,
+                               local_rank, local_size, mp_rank, mp_size, num_microbatches, pp_rank, pp_size, rank,
+                               rdp_rank, rdp_size, size, tp_rank, tp_size)
+from .. import compat
 from .model import DistributedModel, partition
 from .state import (DP_GROUP, MP_GROUP, PP_GROUP, WORLD, CommGroup, RankType, allgather, barrier, broadcast,
-                    dp_barrier, dp_rank, dp_size, get_dp_group, get_mp_group, get_pp_group, local_rank,
-                    local_size, mp_barrier, mp_rank, mp_size, num_microbatches, pp_barrier, pp_rank, pp_size,
-                    rank, rdp_rank, rdp_size, recv_from, send, shutdown, size, tp_rank, tp_size)
+                    dp_barrier, mp_barrier, pp_barrier, recv_from, send, shutdown)
 from .state import init as _init
 from .step import StepOutput, install_gradient_hooks, step
 
 
 def init(config=None) -> None:
     """Initialises the library (config: a dict, else SHOAL_MP_CONFIG, else SM_HP_MP_PARAMETERS)."""
-    from . import model
     _init(config)
-    from .state import STATE
-    model._LIMIT[0] = STATE.cfg.partitions
     install_gradient_hooks()
-    from .. import compat
     compat.install()
 
 
 __all__ = [
-    "init", "shutdown", "Config", "rank", "size", "local_rank", "local_size", "pp_rank", "pp_size", "mp_rank",
+    "init", "shutdown", "is_initialized", "Config", "rank", "size", "local_rank", "local_size", "pp_rank", "pp_size", "mp_rank",
     "mp_size", "dp_rank", "dp_size", "rdp_rank", "rdp_size", "tp_rank", "tp_size", "get_mp_group", "get_pp_group",
     "get_dp_group", "num_microbatches", "DistributedModel", "partition", "step", "StepOutput", "CheckpointManager",
     "CommGroup", "RankType", "WORLD", "MP_GROUP", "PP_GROUP", "DP_GROUP", "broadcast", "send", "recv_from",

@@ -16,6 +16,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from ...mpcommon import layout as L
 from .. import ops
 from .state import require
 
@@ -38,7 +39,7 @@ class CheckpointManager:
                  max_to_keep: Optional[int] = None, checkpoint_name: str = "ckpt"):
         s = require()
         self.checkpoint = checkpoint
-        self.directory = os.path.join(directory, f"mp_rank_{s.pp_rank}")
+        self.directory = L.partition_dir(directory, s.pp_rank)
         self._writer = s.dp_rank == 0
         self._mgr = tf.train.CheckpointManager(checkpoint, self.directory, max_to_keep=max_to_keep,
                                                checkpoint_name=checkpoint_name)
@@ -52,7 +53,7 @@ class CheckpointManager:
         if s.model is not None:
             sync_model(s.model)
         path = self._mgr.save(checkpoint_number=checkpoint_number) if self._writer else None
-        ops.barrier(ops.Group(0, list(range(s.size))))
+        ops.barrier(ops.Group(0, list(range(s.world_size))))
         return path
 
     def restore(self, restore_path: Optional[str] = None, restore_prefix: Optional[str] = None):

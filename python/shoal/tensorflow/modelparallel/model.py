@@ -12,77 +12,13 @@ partitions are sent and received at the unit calls that consume them
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from typing import Any, Callable, List, Optional
+from typing import Any
 
 from tensorflow import keras  # the public API (on Keras 2, a bare `import keras` is not)
 
 from ...mpcommon.errors import SMPValidationError
-
-# ----------------------------------------------------------------- smp.partition
-
-_STACK: List[int] = []
-_LIMIT: List[Optional[int]] = [None]
-
-
-@contextlib.contextmanager
-def partition(index: int):
-    """Manual placement (auto_partition off): layers *called* (or created) inside
-    the context run on partition `index`; the innermost context wins."""
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise SMPValidationError(f"smp.partition: index must be an integer >= 0, got {index!r}")
-    if _LIMIT[0] is not None and index >= _LIMIT[0]:
-        raise SMPValidationError(f"smp.partition({index}): there are only {_LIMIT[0]} partitions "
-                                 f"(0..{_LIMIT[0] - 1})")
-    _STACK.append(index)
-    try:
-        yield
-    finally:
-        _STACK.pop()
-
-
-def current_partition() -> Optional[int]:
-    return _STACK[-1] if _STACK else None
-
-
-# ----------------------------------------------------------------- the layer hook
-
-class _Hook(threading.local):
-    handler: Optional[Callable] = None   # (layer, call, args, kwargs) -> outputs, while a run is active
-    depth: int = 0
-
-
-HOOK = _Hook()
-_ORIG_CALL = keras.layers.Layer.__call__
-_ORIG_INIT = keras.layers.Layer.__init__
-
-
-def _layer_call(self, *args, **kwargs):
-    h = HOOK.handler
-    if h is None:
-        return _ORIG_CALL(self, *args, **kwargs)
-    return h(self, lambda *a, **k: _ORIG_CALL(self, *a, **k), args, kwargs)
-
-
-def _layer_init(self, *args, **kwargs):
-    _ORIG_INIT(self, *args, **kwargs)
-    if _STACK:
-        object.__setattr__(self, "_smp_partition", _STACK[-1])
-
-
-keras.layers.Layer.__call__ = _layer_call
-keras.layers.Layer.__init__ = _layer_init
-
-
-@contextlib.contextmanager
-def hooked(handler: Callable):
-    prev, HOOK.handler = HOOK.handler, handler
-    try:
-        yield
-    finally:
-        HOOK.handler = prev
-
+from .context import HOOK, current_run, partition  # noqa: F401  (partition: smp.partition)
+from .state import STATE
 
 # ----------------------------------------------------------------- the model
 
@@ -94,12 +30,10 @@ class DistributedModel(keras.Model):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from .state import STATE
         STATE.model = self
         object.__setattr__(self, "_smp_local", None)     # ids of this partition's variables, once partitioned
 
     def __call__(self, *args, **kwargs):
-        from .runtime import current_run
         run = current_run()
         if run is None:
             if HOOK.handler is not None:      # the pipeline's own call (recording, tracing)

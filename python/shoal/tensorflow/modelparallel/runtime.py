@@ -2,7 +2,7 @@
 
 Each microbatch is a forward task F(m) and, when the step function asked for
 gradients, a backward task B(m). F(m) runs the step function on microbatch m
-under a persistent tf.GradientTape with the layer hook (model.py) active:
+under a persistent tf.GradientTape with the layer hook (context.py) active:
 unit calls of this partition run, others return stand-ins; a value a unit of
 another partition consumes is sent to it (ShoalSend returns once issued) and
 received there (ShoalRecv, watched by the tape). The model's outputs are sent
@@ -24,23 +24,17 @@ TensorFlow keeps them in order).
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from ...mpcommon.errors import SMPTraceError, SMPValidationError
 from .. import ops
-from . import model as M
+from . import context as X
 from . import trace as T
 
-_CUR = threading.local()
 _GRAD_TAG = 1 << 40
 _OUT_CALL = (1 << 20) - 1
-
-
-def current_run() -> Optional["StepRun"]:
-    return getattr(_CUR, "run", None)
 
 
 def _tag(m: int, k: int, i: int) -> int:
@@ -83,7 +77,7 @@ class StepRun:
         seen: Dict[Tuple[Any, int], Any] = {}
 
         def hook(layer, lcall, largs, lkwargs):
-            if layer is model or M.HOOK.depth > 0:
+            if layer is model or X.in_unit():
                 return lcall(*largs, **lkwargs)
             k = counter[0]
             if k >= len(plan.calls) or plan.calls[k].layer is not layer:
@@ -114,13 +108,10 @@ class StepRun:
                 return T.stand_in(c.out_specs)
             if changed:
                 largs, lkwargs = tf.nest.pack_sequence_as((list(largs), dict(lkwargs)), flat)
-            M.HOOK.depth += 1
-            try:
+            with X.inside_unit():
                 return lcall(*largs, **lkwargs)
-            finally:
-                M.HOOK.depth -= 1
 
-        with M.hooked(hook):
+        with X.hooked(hook):
             out = call(*args, **kwargs)
         if counter[0] != len(plan.calls):
             raise SMPTraceError(f"smp: {type(model).__name__}.call made {counter[0]} layer calls, "
@@ -153,13 +144,11 @@ class StepRun:
     def forward(self, m: int, fn) -> Any:
         mb = self.mbs[m] = _MB(m)
         self.cur = mb
-        _CUR.run = self
         mb.tape = tf.GradientTape(persistent=True)
         try:
-            with mb.tape:
+            with X.running(self), mb.tape:
                 return fn()
         finally:
-            _CUR.run = None
             self.cur = None
 
     def defer_gradients(self, loss, variables) -> List["DeferredGrad"]:

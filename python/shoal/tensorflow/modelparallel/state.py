@@ -1,6 +1,6 @@
-"""``smp.init`` for TensorFlow: the configuration (shared with the PyTorch
-side: shoal.mpcommon.config, with the TensorFlow keys), the rank layout, the
-groups, rank queries and the SageMaker helpers that move Python objects.
+"""``smp.init`` for TensorFlow: the library's state (shoal.mpcommon.state, with
+the TensorFlow config keys), its groups and the SageMaker helpers that move
+Python objects (the rank queries are shoal.mpcommon.ranks).
 
 Groups (shoal.tensorflow groups, sharing the world's connections): the
 pipeline group of this rank's model replica (activations, gradients, model
@@ -17,46 +17,27 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from typing import Any, List, Optional
+from typing import Any, List
 
 import numpy as np
 import tensorflow as tf
 
 from ...mpcommon.groups import DP_GROUP, MP_GROUP, PP_GROUP, WORLD, CommGroup, RankType  # noqa: F401
 from ...mpcommon import config as C
+from ...mpcommon import state as core
 from ...mpcommon.errors import SMPConfigError, SMPValidationError
-from ...mpcommon.topology import Topology
 from .. import ops
+from .context import set_limit
 
 
-class _State:
+class _State(core.State):
     def __init__(self):
-        self.initialized = False
-        self.cfg: Optional[C.Config] = None
-        self.rank = self.size = self.pp_rank = self.dp_rank = 0
-        self.topo: Optional[Topology] = None
+        super().__init__()
         self.pipe = self.dp = self.user_world = self.user_mp = self.user_dp = None
-        self.model = None
-
-    @property
-    def pp_size(self) -> int:
-        return self.cfg.partitions
-
-    @property
-    def dp_size(self) -> int:
-        return self.size // self.cfg.partitions
-
-    def who(self) -> str:
-        return f"rank {self.rank} (pp_rank {self.pp_rank}, dp_rank {self.dp_rank})"
 
 
 STATE = _State()
-
-
-def require() -> _State:
-    if not STATE.initialized:
-        raise SMPValidationError("smp: call smp.init() first")
-    return STATE
+require = STATE.require
 
 
 def init(config=None) -> None:
@@ -65,21 +46,19 @@ def init(config=None) -> None:
     ops.init()
     cfg = C.parse(config, world_size=ops.size(), framework="tensorflow")
     s = STATE
-    s.cfg, s.rank, s.size = cfg, ops.rank(), ops.size()
-    s.topo = Topology(s.size, cfg.partitions, C.placement_order(cfg.placement_strategy))
-    s.pp_rank, s.dp_rank = s.topo.pp_rank(s.rank), s.topo.dp_rank(s.rank)
-    s.mp_ranks, s.dp_ranks = s.topo.mp_group(s.rank), s.topo.dp_group(s.rank)
+    s.setup(cfg, ops.rank(), ops.size(), ops.local_rank(), ops.local_size())
     # every rank makes its own groups, in one order on all ranks
     s.pipe = ops.new_group(s.mp_ranks)
     s.user_mp = ops.new_group(s.mp_ranks)
     s.dp = ops.new_group(s.dp_ranks)
     s.user_dp = ops.new_group(s.dp_ranks)
-    s.user_world = ops.new_group(list(range(s.size)))
+    s.user_world = ops.new_group(list(range(s.world_size)))
     ops.set_default_group(s.dp if (cfg.horovod or cfg.ddp) and s.dp_size > 1 else None)
     if cfg.horovod:
         _init_horovod(s)
-    s.model = None
     s.initialized = True
+    core.activate(s)
+    set_limit(cfg.partitions)
 
 
 def _mpi_launched() -> bool:
@@ -109,9 +88,9 @@ def _init_horovod(s: _State) -> None:
     except ImportError:
         return                          # no Horovod: smdistributed.dataparallel.tensorflow serves the script
     mpi_rank, mpi_size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
-    if (mpi_rank, mpi_size) != (s.rank, s.size):
+    if (mpi_rank, mpi_size) != (s.rank, s.world_size):
         raise SMPConfigError(f"smp ({s.who()}): 'horovod': MPI rank {mpi_rank} of {mpi_size} is not shoal's rank "
-                             f"{s.rank} of {s.size}: leave RANK and WORLD_SIZE unset under mpirun")
+                             f"{s.rank} of {s.world_size}: leave RANK and WORLD_SIZE unset under mpirun")
     if not hvd.is_initialized():
         hvd.init(comm=list(s.dp_ranks))
     if (hvd.rank(), hvd.size()) != (s.dp_rank, s.dp_size):
@@ -122,73 +101,6 @@ def _init_horovod(s: _State) -> None:
 def shutdown() -> None:
     STATE.initialized = False
     ops.set_default_group(None)
-
-
-# ----------------------------------------------------------------- ranks
-
-def rank() -> int:
-    return require().rank
-
-
-def size() -> int:
-    return require().size
-
-
-def local_rank() -> int:
-    require()
-    return ops.local_rank()
-
-
-def local_size() -> int:
-    require()
-    return ops.local_size()
-
-
-def pp_rank() -> int:
-    return require().pp_rank
-
-
-def pp_size() -> int:
-    return require().pp_size
-
-
-mp_rank, mp_size = pp_rank, pp_size
-
-
-def dp_rank() -> int:
-    return require().dp_rank
-
-
-def dp_size() -> int:
-    return require().dp_size
-
-
-rdp_rank, rdp_size = dp_rank, dp_size
-
-
-def tp_rank() -> int:
-    require()
-    return 0
-
-
-def tp_size() -> int:
-    require()
-    return 1
-
-
-def get_mp_group() -> List[int]:
-    return list(require().mp_ranks)
-
-
-get_pp_group = get_mp_group
-
-
-def get_dp_group() -> List[int]:
-    return list(require().dp_ranks)
-
-
-def num_microbatches() -> int:
-    return require().cfg.microbatches
 
 
 # ----------------------------------------------------------------- Python objects
@@ -211,10 +123,7 @@ def _unpack(t: tf.Tensor) -> Any:
 
 
 def _in_group(r: int, rank_type: RankType) -> int:
-    g = _group(rank_type)
-    if not 0 <= r < g.size():
-        raise SMPValidationError(f"smp: rank {r} is not a rank of the {rank_type.name} group of size {g.size()} "
-                                 f"({require().who()})")
+    require().world_rank(r, rank_type)     # checks the kind and the range
     return r
 
 

@@ -13,12 +13,15 @@ filled in once the backward tasks ran).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import tensorflow as tf
+from tensorflow import keras
 
+from ...mpcommon import outputs as core_outputs
 from ...mpcommon.errors import SMPValidationError
 from .. import ops
 from . import runtime as RT
@@ -30,32 +33,21 @@ from .state import require
 _plain = tf.autograph.experimental.do_not_convert
 
 
-class StepOutput:
-    """One returned value of the step function, per microbatch."""
+class StepOutput(core_outputs.StepOutput):
+    """One returned value of the step function, per microbatch (reductions: mpcommon/outputs.py)."""
 
-    def __init__(self, outputs: List[Any]):
-        self.outputs = list(outputs)
+    @staticmethod
+    def _sum(values):
+        return tf.add_n([tf.convert_to_tensor(o) for o in values])
 
-    def __getitem__(self, i):
-        return self.outputs[i]
+    @staticmethod
+    def _concat(values, dim):
+        return tf.concat(values, dim)
 
-    def __len__(self):
-        return len(self.outputs)
+    @staticmethod
+    def _stack(values, dim):
+        return tf.stack(values, dim)
 
-    def _live(self):
-        return [o for o in self.outputs if o is not None]
-
-    @_plain
-    def reduce_mean(self):
-        live = self._live()
-        return None if not live else tf.add_n([tf.convert_to_tensor(o) for o in live]) / len(self.outputs)
-
-    @_plain
-    def reduce_sum(self):
-        live = self._live()
-        return None if not live else tf.add_n([tf.convert_to_tensor(o) for o in live])
-
-    @_plain
     def accumulate(self, method: str = "variable", var=None):
         """The mean over microbatches (gradients: the batch's gradient); an
         IndexedSlices gradient stays sparse (rows concatenated, scaled)."""
@@ -73,15 +65,6 @@ class StepOutput:
                                     tf.concat([o.indices for o in live], 0), live[0].dense_shape)
         return self.reduce_mean()
 
-    @_plain
-    def concat(self, axis: int = 0):
-        return tf.concat(self.outputs, axis)
-
-    @_plain
-    def stack(self, axis: int = 0):
-        return tf.stack(self.outputs, axis)
-
-    @_plain
     def merge(self, axis: int = 0):
         """The microbatches' rows back in the batch's order (the inverse of the strided split)."""
         if self.outputs and len(self.outputs[0].shape) == 0:
@@ -90,13 +73,10 @@ class StepOutput:
         shape = tf.concat([tf.shape(self.outputs[0])[:axis], [-1], tf.shape(self.outputs[0])[axis + 1:]], 0)
         return tf.reshape(st, shape)
 
-    @_plain
-    def map(self, fn: Callable) -> "StepOutput":
-        self.outputs = [fn(o) for o in self.outputs]
-        return self
 
-    def __repr__(self) -> str:
-        return f"StepOutput({len(self.outputs)} microbatches)"
+# Library code runs as written inside tf.function (autograph would rewrite its Python control flow).
+for _name in ("reduce_sum", "reduce_mean", "concat", "stack", "map", "accumulate", "merge"):
+    setattr(StepOutput, _name, _plain(getattr(StepOutput, _name)))
 
 
 def _split(x, m: int, axis: int, what: str):
@@ -235,17 +215,13 @@ class _Deferring:
     active: Optional[RT.StepRun] = None
 
 
+@contextlib.contextmanager
 def _deferring(run: RT.StepRun):
-    import contextlib
-
-    @contextlib.contextmanager
-    def ctx():
-        prev, _Deferring.active = _Deferring.active, run
-        try:
-            yield
-        finally:
-            _Deferring.active = prev
-    return ctx()
+    prev, _Deferring.active = _Deferring.active, run
+    try:
+        yield
+    finally:
+        _Deferring.active = prev
 
 
 def _get_gradients(self, loss, params):
@@ -279,7 +255,6 @@ def _tape_gradient(self, target, sources, output_gradients=None, **kwargs):
 def install_gradient_hooks() -> None:
     """optimizer.get_gradients / compute_gradients (TF1-style Keras API, gone
     from Keras 3) and tf.GradientTape.gradient, deferred inside a step."""
-    from tensorflow import keras
     opt = keras.optimizers.Optimizer
     opt.get_gradients = _get_gradients
     opt.compute_gradients = _compute_gradients

@@ -38,7 +38,7 @@ import tensorflow as tf
 from ...mpcommon.errors import SMPTraceError, SMPValidationError
 from ...mpcommon.split import split_contiguous
 from .. import ops
-from . import model as M
+from . import context as X
 
 
 @dataclasses.dataclass
@@ -92,19 +92,16 @@ class _Recorder:
         self.graph_out: List[List[Any]] = []
 
     def __call__(self, layer, call, args, kwargs):
-        if layer is self.model or M.HOOK.depth > 0:
+        if layer is self.model or X.in_unit():
             return call(*args, **kwargs)
         if id(layer) in self.expand:
             return call(*args, **kwargs)
         flat_in = _flat(args, kwargs)
-        ctx = M.current_partition()
-        M.HOOK.depth += 1
-        try:
+        ctx = X.current_partition()
+        with X.inside_unit():
             t0 = time.perf_counter()
             out = call(*args, **kwargs)
             dt = time.perf_counter() - t0
-        finally:
-            M.HOOK.depth -= 1
         self.calls.append(Call(layer, tf.nest.map_structure(_spec, out), len(flat_in), dt, ctx))
         self.graph_in.append(flat_in)
         self.graph_out.append(tf.nest.flatten(out))
@@ -113,7 +110,7 @@ class _Recorder:
 
 def _run(model, fn, args, kwargs, expand, timing=False) -> _Recorder:
     rec = _Recorder(model, expand, timing)
-    with M.hooked(rec):
+    with X.hooked(rec):
         rec.result = fn(*args, **kwargs)
     return rec
 
@@ -207,7 +204,7 @@ def record(model, fn, args, kwargs, cfg, pipe_rank: int, previous: Optional[Plan
 
     def traced(a, k):
         r = _Recorder(model, expand, False)
-        with M.hooked(r):
+        with X.hooked(r):
             r.result = fn(*a, **k)
         grec["r"] = r
         return r.result

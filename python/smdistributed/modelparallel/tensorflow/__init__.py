@@ -1,12 +1,9 @@
 """``smdistributed.modelparallel.tensorflow``: an alias of
-``shoal.tensorflow.modelparallel`` (the very same module object, so there is
-one library state per process)."""
+``shoal.tensorflow.modelparallel`` (the very same module object, and its
+submodules, so there is one library state per process)."""
 
-import sys
+import shoal.tensorflow.modelparallel  # noqa: F401
 
-import shoal.tensorflow.modelparallel as _smp
+from ..._alias import alias
 
-for _name, _mod in list(sys.modules.items()):
-    if _name.startswith("shoal.tensorflow.modelparallel."):
-        sys.modules["smdistributed.modelparallel.tensorflow." + _name[len("shoal.tensorflow.modelparallel."):]] = _mod
-sys.modules[__name__] = _smp
+alias(__name__, "shoal.tensorflow.modelparallel")
