@@ -167,9 +167,11 @@ def ref_novograd(p, g, st, step, o):
 GROUPS = [{"weight_decay": 0.05}, {"weight_decay": 0.0}, {"weight_decay": 0.2, "lr": 3e-3}]
 
 
+@pytest.mark.parametrize("torch_kernel", [True, False], ids=["torch-kernel", "foreach"])
 @pytest.mark.parametrize("adam_w_mode, bias_correction, amsgrad",
                          list(itertools.product([True, False], repeat=3)))
-def test_adam_matches_reference(adam_w_mode, bias_correction, amsgrad):
+def test_adam_matches_reference(adam_w_mode, bias_correction, amsgrad, torch_kernel, monkeypatch):
+    monkeypatch.setattr(O.FusedAdam, "use_torch_kernel", torch_kernel)
     kw = dict(lr=1e-2, betas=(0.8, 0.95), eps=1e-6, adam_w_mode=adam_w_mode, bias_correction=bias_correction,
               amsgrad=amsgrad)
     got, opt = run_fused(O.FusedAdam, GROUPS, kw)
@@ -277,6 +279,13 @@ def test_apex_signatures_and_zero_grad(cls):
     assert O.FusedLAMB is O.FusedLamb
 
 
+def test_sagemaker_import_paths():
+    """The imports of SageMaker's GPT-2 and BERT examples."""
+    from smdistributed.modelparallel.torch.nn import FusedLayerNorm as LayerNorm
+    from smdistributed.modelparallel.torch.optimizers import FusedLAMB, FusedNovoGrad
+    assert (LayerNorm, FusedLAMB, FusedNovoGrad) == (FusedLayerNorm, O.FusedLamb, O.FusedNovoGrad)
+
+
 @pytest.mark.parametrize("cls", list(APEX), ids=lambda c: c.__name__)
 def test_state_dict_resume(cls):
     """10 steps, a state_dict into a fresh optimizer, 10 more: equal to 20 straight steps."""
@@ -313,13 +322,17 @@ class _Calls(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("cls, kw", [(O.FusedAdam, {"weight_decay": 0.1, "adam_w_mode": False}),
-                                     (O.FusedLamb, {}), (O.FusedLamb, {"use_nvlamb": True, "weight_decay": 0}),
-                                     (O.FusedNovoGrad, {"weight_decay": 0.1, "reg_inside_moment": True})],
-                         ids=["adam", "lamb", "nvlamb", "novograd"])
-def test_step_is_multi_tensor(cls, kw):
+@pytest.mark.parametrize("cls, kw, kernel", [
+    (O.FusedAdam, {"weight_decay": 0.1, "adam_w_mode": False}, "_fused_adam_"),
+    (O.FusedAdam, {"weight_decay": 0.1, "amsgrad": True}, "_fused_adamw_"),
+    (O.FusedAdam, {"weight_decay": 0.1, "bias_correction": False}, "_foreach_"),
+    (O.FusedLamb, {}, "_foreach_"), (O.FusedLamb, {"use_nvlamb": True, "weight_decay": 0}, "_foreach_"),
+    (O.FusedNovoGrad, {"weight_decay": 0.1, "reg_inside_moment": True}, "_foreach_")],
+    ids=["adam-kernel", "adamw-amsgrad-kernel", "adam-foreach", "lamb", "nvlamb", "novograd"])
+def test_step_is_multi_tensor(cls, kw, kernel):
     """The torch calls of a step are the same for 4 and 40 parameters (no per-parameter
-    arithmetic), and the arithmetic runs in torch._foreach_* kernels."""
+    arithmetic), and the arithmetic runs in torch's multi-tensor kernels (torch._foreach_*,
+    or for Adam torch's fused Adam kernel, one call)."""
     counts = []
     for n in (4, 40):
         ps = [nn.Parameter(torch.randn(5, 3)) for _ in range(n)]
@@ -331,8 +344,8 @@ def test_step_is_multi_tensor(cls, kw):
             opt.step()
         counts.append(c.calls)
     assert counts[0] == counts[1], f"per-parameter calls: {counts[1] - counts[0]}"
-    foreach = sum(v for k, v in counts[0].items() if "_foreach_" in k)
-    assert foreach >= 5, counts[0]
+    calls = sum(v for k, v in counts[0].items() if kernel in k)
+    assert calls == 1 if kernel.startswith("_fused") else calls >= 5, counts[0]
 
 
 # ----------------------------------------------------------------- FusedLayerNorm

@@ -7,7 +7,11 @@ phase is one multi-tensor call per bucket (on CUDA torch launches a few kernels
 for the whole list; on the CPU it is one C++ loop); no Python code does
 arithmetic per parameter. The only per-parameter Python work is bookkeeping
 (finding the gradients and the state) and, for half-precision parameters, the
-cast to float32 and back.
+cast to float32 and back. FusedAdam goes one step further where torch has the
+kernel (float32/float64 parameters, bias correction on): the whole update of a
+bucket is one call of torch's single-pass fused Adam kernel
+(``torch._fused_adam_`` / ``torch._fused_adamw_``, the same rule), else the
+``_foreach`` path.
 
 Half-precision parameters (float16, bfloat16) keep their state in float32 and
 are updated in float32, then rounded back (apex's FusedAdam does the same;
@@ -190,10 +194,15 @@ class FusedAdam(_Fused):
                 self._update(group, b)
         return loss
 
-    @staticmethod
-    def _update(group: dict, b: _Bucket) -> None:
+    #: use torch's single-pass Adam kernel (torch._fused_adam_ / _fused_adamw_) where it applies:
+    #: float32/float64 parameters, bias correction on, a device torch has the kernel for
+    use_torch_kernel = True
+
+    def _update(self, group: dict, b: _Bucket) -> None:
         lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
         b1, b2 = group["betas"]
+        if self.use_torch_kernel and not b.half and group["bias_correction"] and self._torch_kernel(group, b):
+            return
         bc1, bc2 = _bias_corrections(group, b1, b2)
         p, g = b.compute()
         m, v = b.states["exp_avg"], b.states["exp_avg_sq"]
@@ -215,6 +224,21 @@ class FusedAdam(_Fused):
             torch._foreach_mul_(p, 1.0 - lr * wd)
         torch._foreach_addcdiv_(p, m, denom, value=-lr * rb2 / bc1)
         b.store(p)
+
+    def _torch_kernel(self, group: dict, b: _Bucket) -> bool:
+        """One pass per bucket in torch's fused Adam kernel (the same rule: L2 added to the
+        gradient, or decoupled decay p *= 1 - lr * wd); False where torch lacks it."""
+        kernel = torch._fused_adamw_ if group["adam_w_mode"] else torch._fused_adam_
+        b1, b2 = group["betas"]
+        steps = [torch.tensor(float(group["step"]), device=b.device)] * len(b.params)
+        vmax = b.states["max_exp_avg_sq"] if group["amsgrad"] else []
+        try:
+            kernel(b.params, b.grads, b.states["exp_avg"], b.states["exp_avg_sq"], vmax, steps, lr=group["lr"],
+                   beta1=b1, beta2=b2, weight_decay=group["weight_decay"], eps=group["eps"],
+                   amsgrad=group["amsgrad"], maximize=False)
+        except (RuntimeError, NotImplementedError):   # no kernel for this device or dtype: nothing was written
+            return False
+        return True
 
 
 class FusedLamb(_Fused):
@@ -286,25 +310,26 @@ class FusedLamb(_Fused):
                 torch._foreach_add_(g, p, alpha=wd)
         elif wd and not group["adam_w_mode"]:
             g = torch._foreach_add(g, p, alpha=wd)
-        torch._foreach_mul_(m, b1)
-        torch._foreach_add_(m, g, alpha=beta3)
+        _moment(m, g, b1, beta3)
         torch._foreach_mul_(v, b2)
         torch._foreach_addcmul_(v, g, g, value=1.0 - b2)
-        # update = m_hat / (sqrt(v_hat) + eps) (+ wd * p): the denominator as in FusedAdam
+        # update = m_hat / (sqrt(v_hat) + eps) (+ wd * p) = k * (u + wd / k * p) with
+        # u = m / (sqrt(v) + eps * sqrt(bc2)) and k = sqrt(bc2) / bc1: k goes into the
+        # coefficients, and cancels in the trust ratio ||p|| / ||update||
         rb2 = math.sqrt(bc2)
+        k = rb2 / bc1
         u = torch._foreach_sqrt(v)
         torch._foreach_add_(u, eps * rb2)
-        torch._foreach_mul_(u, bc1 / rb2)
         u = torch._foreach_div(m, u)
         if wd and group["adam_w_mode"]:
-            torch._foreach_add_(u, p, alpha=wd)
+            torch._foreach_add_(u, p, alpha=wd / k)
         if wd or group["use_nvlamb"]:
             pn = torch.stack(torch._foreach_norm(p))
             un = torch.stack(torch._foreach_norm(u))
-            ratio = torch.where((pn > 0) & (un > 0), pn / un, torch.ones_like(pn))
+            ratio = torch.where((pn > 0) & (un > 0), pn / un, torch.full_like(pn, k))   # fallback: ratio 1
             torch._foreach_addcmul_(p, u, list((ratio * -lr).unbind(0)))
         else:
-            torch._foreach_add_(p, u, alpha=-lr)
+            torch._foreach_add_(p, u, alpha=-lr * k)
         b.store(p)
 
 
@@ -370,16 +395,23 @@ class FusedNovoGrad(_Fused):
             gn = torch._foreach_div(g, list(denom.unbind(0)))
             if wd:
                 torch._foreach_add_(gn, p, alpha=wd)
-            torch._foreach_mul_(m, b1)
-            torch._foreach_add_(m, gn, alpha=beta3)
+            _moment(m, gn, b1, beta3)
             torch._foreach_add_(p, m, alpha=-lr / bc1)
         else:
-            torch._foreach_mul_(m, b1)
-            torch._foreach_add_(m, g, alpha=beta3)
+            _moment(m, g, b1, beta3)
             if wd:
                 torch._foreach_mul_(p, 1.0 - lr * wd)
             torch._foreach_addcdiv_(p, m, list((denom * bc1).unbind(0)), value=-lr)
         b.store(p)
+
+
+def _moment(m: List[torch.Tensor], g: List[torch.Tensor], b1: float, beta3: float) -> None:
+    """m = b1 * m + beta3 * g, in one pass (a lerp) when beta3 == 1 - b1 (gradient averaging)."""
+    if beta3 == 1.0 - b1:
+        torch._foreach_lerp_(m, g, beta3)
+    else:
+        torch._foreach_mul_(m, b1)
+        torch._foreach_add_(m, g, alpha=beta3)
 
 
 def _check(lr: float, betas, eps: float, weight_decay: float) -> None:
