@@ -485,6 +485,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+// torch.autocast("fakegpu") runs: every operator passes through the autocast key unchanged (no
+// kernel casts to half here; a real accelerator registers its casting policy).
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
 struct Registrar {
   Registrar() {

@@ -67,3 +67,28 @@ def test_example_trains_as_with_the_reference_backend():
     shoal, ref = _example_losses("shoal"), _example_losses(reference)
     assert len(shoal) == len(ref) == 3, (reference, shoal, ref)
     assert shoal == pytest.approx(ref, rel=1e-3, abs=1e-3), (reference, shoal, ref)
+
+
+# ----------------------------------------------------------------- the model-parallel library on the GPU
+
+MP_WORKER = ROOT / "tests" / "python" / "mp_device_worker.py"
+
+
+def test_smp_partitions_on_the_gpu_train_as_on_cpu():
+    passed = assert_all_passed(run_job("place:2", 2, worker=MP_WORKER, env=CUDA, timeout=400))
+    assert len(passed) == 4, passed
+
+
+def test_smp_fp16_bf16_and_overflow_on_the_gpu():
+    passed = assert_all_passed(run_job("half", 2, args=["overflow"], worker=MP_WORKER, env=CUDA, timeout=600))
+    assert len(passed) == 3, passed
+
+
+@pytest.mark.parametrize("script", ["auto_partition.py", "manual_partition.py", "gpt2.py"])
+def test_smp_example_scripts_run_unchanged_on_the_gpu(script):
+    cmd = [str(ROOT / "build" / "bin" / "shoalrun"), "--standalone", "--nproc-per-node", "2",
+           str(ROOT / "examples" / "smp" / script)]
+    env = dict(os.environ, SHOAL_PYTHON=sys.executable, PYTHONPATH=str(ROOT / "python"))
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "done:" in out.stdout

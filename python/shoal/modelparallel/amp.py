@@ -31,12 +31,24 @@ class GradScaler(torch.amp.GradScaler):
         super().__init__(device, init_scale=init_scale, growth_factor=growth_factor,
                          backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
 
+    def _init_here(self) -> None:
+        """Ranks that never scale a loss (every partition but the last) get the scale on first use."""
+        if self._enabled and self._scale is None:
+            self._lazy_init_scale_growth_tracker(torch.device(self._device))
+
+    def step(self, optimizer, *args, **kwargs):
+        self._init_here()
+        return super().step(optimizer, *args, **kwargs)
+
+    def update(self, new_scale=None) -> None:
+        self._init_here()
+        super().update(new_scale)
+
     def unscale_(self, optimizer) -> None:
         if not self._enabled:
             return
         s = require()
-        if self._scale is None:
-            self._lazy_init_scale_growth_tracker(torch.device(self._device))
+        self._init_here()
         super().unscale_(optimizer)
         state = self._per_optimizer_states[id(optimizer)]
         found = torch.zeros(1, dtype=torch.float32, device=self._device)
