@@ -1,0 +1,160 @@
+"""One rank of a job checking the rest of the SageMaker v1 surface that real scripts touch
+(test_mp_api.py). Usage: mp_api_worker.py SUITE. Every check compares with a plain
+single-process run where there is a number to compare.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+import mp_models as M
+import shoal.modelparallel as smp
+from harness import Checks
+
+RANK = int(os.environ["RANK"])
+WS = int(os.environ["WORLD_SIZE"])
+
+
+def close(got, want, what, rtol=1e-4, atol=1e-5):
+    got, want = torch.as_tensor(got).double(), torch.as_tensor(want).double()
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert torch.allclose(got, want, rtol=rtol, atol=atol), \
+        f"{what}: max difference {(got - want).abs().max().item():.3g}"
+
+
+def batches(n=3, batch=8):
+    g = torch.Generator().manual_seed(5)
+    return [(torch.randn(batch, 8, generator=g), torch.randint(0, 4, (batch,), generator=g)) for _ in range(n)]
+
+
+def reference(steps, clip=None):
+    torch.manual_seed(0)
+    ref = M.Chain(depth=4)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    norms = []
+    for x, y in steps:
+        opt.zero_grad()
+        F.cross_entropy(ref(x), y).backward()
+        if clip:
+            norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), clip).item())
+        opt.step()
+    return ref, norms
+
+
+def pipeline(c):
+    """2 partitions: the optimizer surface of a v1 script with fp16 off, state, cpu()."""
+    def run():
+        smp.init({"partitions": 2, "microbatches": 2, "tensor_parallel_degree": 1, "fp16": False,
+                  "activation_loading_horizon": 4, "static_mode": False, "fast_mode": False})
+        assert smp.state.cfg.partitions == 2 and smp.state.cfg.fp16 is False
+        assert smp.state.cfg.prescaled_batch is False and smp.state.cfg.shard_optimizer_state is False
+        torch.manual_seed(0)
+        net = M.Chain(depth=4)
+        model = smp.DistributedModel(net)
+        assert model.get_module() is net
+        model.to(torch.float64)                   # a dtype applies ...
+        assert next(net.parameters()).dtype == torch.float64
+        model.to(torch.float32).cuda()            # ... a device move is ignored (no CUDA here)
+        # SageMaker's GPT-2 examples always pass the loss-scale arguments; with fp16 off they do nothing
+        opt = smp.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), static_loss_scale=None,
+                                       dynamic_loss_scale=True,
+                                       dynamic_loss_args={"scale_window": 1000, "min_scale": 1, "delayed_shift": 2})
+        assert opt.optimizer is opt and opt.loss_scale == 1.0
+
+        @smp.step
+        def train_step(model, x, y):
+            loss = F.cross_entropy(model(x), y)
+            model.backward(loss)
+            return loss
+        steps = batches()
+        ref, ref_norms = reference(steps, clip=0.5)
+        norms = []
+        for x, y in steps:
+            opt.zero_grad()
+            train_step(model, x, y)
+            norms.append(opt.clip_master_grads(0.5))
+            opt.step()
+            assert opt.overflow is False
+        close(norms, ref_norms, "clip_master_grads: the global norm")
+        sd = opt.local_state_dict(gather_if_shard=False)
+        assert sd["_smp_is_partial"] is True
+        with torch.no_grad():
+            local = {n for n, _ in model.local_named_parameters()}
+            full = model.cpu()                    # every partition's parameters, on every rank
+        assert full is model
+        for n, p in net.named_parameters():
+            close(p, dict(ref.named_parameters())[n], f"cpu(): {n} (local {n in local})")
+            assert p.device.type == "cpu" and p.numel() > 0
+        try:
+            train_step(model, *steps[0])
+        except smp.SMPValidationError as e:
+            assert "gathered to the CPU" in str(e), str(e)
+        else:
+            raise AssertionError("a step after model.cpu() ran")
+    c.run("fp16-off optimizer surface, clip_master_grads, cpu()", run)
+
+    def half_config_with_an_fp32_model():
+        smp.init({"partitions": 2, "fp16": True})
+        try:
+            smp.DistributedModel(M.Chain(depth=4))
+        except smp.SMPValidationError as e:
+            assert "'fp16'" in str(e) and "smp.model_creation(dtype=torch.float16)" in str(e), str(e)
+            assert f"rank {RANK}" in str(e), str(e)
+        else:
+            raise AssertionError("an fp32 model was accepted under fp16")
+    c.run("an fp32 model under fp16 is refused on every rank", half_config_with_an_fp32_model)
+
+    def join_is_refused():
+        smp.init({"partitions": 2})
+        model = smp.DistributedModel(M.Chain(depth=4))
+        try:
+            model.join()
+        except smp.SMPUnsupportedError as e:
+            assert "uneven inputs" in str(e)
+        else:
+            raise AssertionError("join() did not say it is unsupported")
+    c.run("join() is refused by name", join_is_refused)
+
+
+def one_stage(c):
+    """1 partition x 2 replicas: the model called outside @smp.step, model.backward averaging over
+    the replicas, and a DDP communication hook."""
+    def run(hook):
+        smp.init({"partitions": 1, "ddp": True})
+        torch.manual_seed(0)
+        net = M.Chain(depth=4)
+        model = smp.DistributedModel(net)
+        if hook:
+            model.register_comm_hook(smp.get_dp_process_group(), default_hooks.fp16_compress_hook)
+        opt = smp.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+        steps = batches()
+        ref, _ = reference(steps)
+        b = steps[0][0].size(0) // smp.dp_size()
+        r = smp.dp_rank()
+        for x, y in steps:
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x[r * b:(r + 1) * b]), y[r * b:(r + 1) * b])
+            model.backward(loss)
+            opt.step()
+        tol = dict(rtol=2e-3, atol=2e-3) if hook else {}
+        for n, p in net.named_parameters():
+            close(p, dict(ref.named_parameters())[n], f"{n}", **tol)
+    c.run("outside @smp.step, averaged over replicas", run, False)
+    c.run("with an fp16-compression comm hook", run, True)
+
+
+SUITES = {"pipeline": pipeline, "one_stage": one_stage}
+
+
+def main():
+    c = Checks()
+    SUITES[sys.argv[1]](c)
+    return c.report()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""The rest of the SageMaker model-parallel v1 surface that real scripts and the Hugging Face
+Trainer touch (mp_api_worker.py has the multi-process checks)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import HERE, assert_all_passed, run_job
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = HERE / "mp_api_worker.py"
+
+
+def test_a_v1_script_s_optimizer_state_and_gathering_on_two_partitions():
+    passed = assert_all_passed(run_job("pipeline", 2, worker=WORKER, timeout=300))
+    assert len(passed) == 3, passed
+
+
+def test_one_stage_outside_a_step_with_replicas_and_a_comm_hook():
+    passed = assert_all_passed(run_job("one_stage", 2, worker=WORKER, timeout=300))
+    assert len(passed) == 2, passed
+
+
+def test_transformers_trainer_imports_under_the_sagemaker_model_parallel_environment():
+    """transformers imports smdistributed.modelparallel.__version__, calls smp.init() and reads
+    smp.state.cfg when SM_HP_MP_PARAMETERS and SM_FRAMEWORK_PARAMS say SageMaker MP is on."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"),
+               SM_HP_MP_PARAMETERS=json.dumps({"partitions": 1, "microbatches": 2}),
+               SM_FRAMEWORK_PARAMS=json.dumps({"sagemaker_mpi_enabled": True}))
+    code = ("import transformers.trainer, transformers.modeling_utils\n"
+            "from transformers.utils import is_sagemaker_mp_enabled\n"
+            "import smdistributed.modelparallel.torch as smp\n"
+            "assert is_sagemaker_mp_enabled()\n"
+            "assert smp.state.cfg.microbatches == 2 and smp.state.cfg.fp16 is False\n"
+            "print('imported')\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                          cwd="/")
+    assert proc.returncode == 0 and "imported" in proc.stdout, proc.stderr[-3000:]
