@@ -6,6 +6,7 @@
 #include <map>
 
 #include "shoal/error.h"
+#include "shoal/error_mapping.h"
 #include "shoal/store.h"
 
 namespace shoal_tf {
@@ -61,20 +62,28 @@ bool to_shoal(tensorflow::DataType t, shoal::DataType* out) {
   }
 }
 
+namespace {
+
+// The TensorFlow status code of each category of shoal::error_mapping.
+absl::Status status_of(shoal::ErrorCategory category, const std::string& msg) {
+  switch (category) {
+    case shoal::ErrorCategory::kInvalidArgument: return absl::InvalidArgumentError(msg);
+    case shoal::ErrorCategory::kDeadlineExceeded: return absl::DeadlineExceededError(msg);
+    case shoal::ErrorCategory::kUnavailable: return absl::UnavailableError(msg);
+    case shoal::ErrorCategory::kFailedPrecondition: return absl::FailedPreconditionError(msg);
+    case shoal::ErrorCategory::kAborted: return absl::AbortedError(msg);
+    case shoal::ErrorCategory::kInternal: break;
+  }
+  return absl::InternalError(msg);
+}
+
+}  // namespace
+
 absl::Status to_status(std::exception_ptr e, const std::string& what) {
   try {
     std::rethrow_exception(e);
   } catch (const shoal::Error& x) {
-    const std::string msg = what + ": " + x.what();
-    switch (x.code()) {
-      case shoal::ErrorCode::kInvalidArgument: return absl::InvalidArgumentError(msg);
-      case shoal::ErrorCode::kTimeout: return absl::DeadlineExceededError(msg);
-      case shoal::ErrorCode::kPeerLost: return absl::UnavailableError(msg);
-      case shoal::ErrorCode::kMismatch: return absl::FailedPreconditionError(msg);
-      case shoal::ErrorCode::kAborted: return absl::AbortedError(msg);
-      case shoal::ErrorCode::kStore: return absl::UnavailableError(msg);
-      default: return absl::InternalError(msg);
-    }
+    return status_of(shoal::error_mapping(x.code()).category, what + ": " + shoal::error_message(x));
   } catch (const std::exception& x) {
     return absl::InternalError(what + ": " + x.what());
   } catch (...) {

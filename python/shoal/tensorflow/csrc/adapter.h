@@ -28,8 +28,9 @@ std::shared_ptr<shoal::Communicator> group(int64_t id, std::string* why);
 
 // shoal's element type of a TF dtype; false if shoal has none.
 bool to_shoal(tensorflow::DataType t, shoal::DataType* out);
-// A shoal failure as a TF status (InvalidArgument, DeadlineExceeded,
-// Unavailable for a lost peer, Aborted, ...), the message prefixed with `what`.
+// A shoal failure as a TF status, its code by the error's category in
+// shoal::error_mapping (InvalidArgument, DeadlineExceeded, Unavailable for a
+// lost peer, Aborted, ...), its message shoal::error_message prefixed with `what`.
 absl::Status to_status(std::exception_ptr e, const std::string& what);
 // The status for TensorFlow: its Status is absl::Status from TF 2.13 on, a
 // class of its own (tsl::Status, made from a code and a message) before.
