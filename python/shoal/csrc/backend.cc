@@ -42,10 +42,8 @@ ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
     // Split from an earlier communicator holding the group when one can be
     // (shared connections), else made afresh: the core decides.
     comm_ = Communicator::create_or_split(std::make_shared<C10dStore>(store), rank, size, cfg_.global_ranks, o);
-  } catch (const shoal::InvalidArgument& e) {
-    TORCH_CHECK(false, "shoal: creating the ", cfg_.name, " backend: ", e.what());
   } catch (const shoal::Error& e) {
-    C10_THROW_ERROR(DistBackendError, std::string("shoal: creating the ") + cfg_.name + " backend: " + e.what());
+    raise_refusal(e, "shoal: creating the " + cfg_.name + " backend: ");
   }
   completer_ = std::make_unique<Completer>();
   issuer_ = std::make_unique<Issuer>();
@@ -89,13 +87,6 @@ std::shared_ptr<DeviceSide> ShoalBackend::device_side(const c10::Device& d, std:
   device_ = std::make_shared<DeviceSide>(d, knob("SHOAL_DEVICE_CHUNK_BYTES"), knob("SHOAL_DEVICE_STAGING_BYTES"));
   uses_device_.store(true, std::memory_order_release);
   return device_;
-}
-
-const char* ShoalBackend::profiling_title(c10d::OpType type) {
-  std::lock_guard<std::mutex> g(titles_mu_);
-  auto& t = titles_[type];
-  if (!t) t = torch_adapter::profiling_title(cfg_.name, type);
-  return t;
 }
 
 std::optional<ShoalBackend::StagingStats> ShoalBackend::staging_stats() {

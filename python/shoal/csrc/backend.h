@@ -45,7 +45,6 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -137,7 +136,7 @@ class ShoalWork : public c10d::Work {
  public:
   // `title` and `inputs`: the torch profiler event the work records from
   // construction (on the issuing thread) to completion, as torch's own
-  // backends do (see profiling_title in launch.cc).
+  // backends do (see profiling_title in profiler_titles.cc).
   ShoalWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, uint64_t seq,
             std::shared_ptr<DeviceSide> device = nullptr, std::shared_ptr<c10::Event> ready = nullptr,
             const char* title = nullptr, std::optional<std::vector<at::Tensor>> inputs = std::nullopt);
@@ -198,13 +197,21 @@ class ShoalWork : public c10d::Work {
   bool future_shared_ = false;       // under state_mu_: getFuture() was called
 };
 
+// "<backend>:<op>" ("shoal:all_reduce"), as torch's own backends name their
+// profiler events; <op> from the one table in profiler_titles.cc ("unknown"
+// for a type the backend never issues). The string lives as long as the
+// process (the profiler keeps the pointer). Thread-safe.
 const char* profiling_title(const std::string& backend, c10d::OpType type);
 
-// shoal's message, and the phrase torch's tooling (its suite, log scrapers
-// written for Gloo and NCCL) looks for in the same condition: "collective
-// operation timeout" / "Timed out" for a timeout, "connection closed by peer"
-// for a lost peer (docs/errors.md).
+// shoal's message followed by the phrase torch's tooling (its suite, log
+// scrapers written for Gloo and NCCL) looks for in the same condition:
+// "collective operation timeout" / "Timed out" for a timeout, "connection
+// closed by peer" for a lost peer (shoal/error_mapping.h, docs/errors.md).
 std::string torch_message(const shoal::Error& e);
+// Raises what torch raises for `e` refused by a call itself (prefix, then
+// the message), by the error's category: bad input is a RuntimeError
+// (c10::Error, as TORCH_CHECK raises), anything else DistBackendError.
+[[noreturn]] void raise_refusal(const shoal::Error& e, const std::string& prefix = "");
 
 struct BackendConfig {
   std::string name = "shoal";             // the name PyTorch knows the backend by
@@ -278,9 +285,6 @@ class ShoalBackend : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
-  // The name of this backend's profiler events for `type` ("shoal:all_reduce").
-  const char* profiling_title(c10d::OpType type);
-
   // For tests and diagnostics: the first error that broke the communicator.
   std::string comm_error() const;
   // For tests and diagnostics: the device staging pool, once a device was used.
@@ -310,8 +314,6 @@ class ShoalBackend : public c10d::Backend {
   std::atomic<int64_t> default_timeout_ms_;
   std::atomic<uint64_t> seq_{0};           // collectives issued (same on every rank)
   std::atomic<uint64_t> monitored_barrier_count_{0};
-  std::mutex titles_mu_;
-  std::map<c10d::OpType, const char*> titles_;  // under titles_mu_
 };
 
 }  // namespace shoal::torch_adapter

@@ -9,11 +9,13 @@
 
 #include "backend.h"
 #include "shoal/error.h"
+#include "shoal/error_mapping.h"
 
 namespace shoal::torch_adapter {
 namespace {
 
-// shoal's failures cross into Python as torch.distributed.DistBackendError.
+// A failed work's error crosses into Python as torch.distributed.DistBackendError,
+// whatever its category, with torch's phrase (torch_message).
 std::exception_ptr as_dist_error(std::exception_ptr err) {
   try {
     std::rethrow_exception(err);
@@ -32,17 +34,13 @@ std::exception_ptr as_dist_error(std::exception_ptr err) {
 
 }  // namespace
 
-std::string torch_message(const shoal::Error& e) {
-  switch (e.code()) {
-    case ErrorCode::kTimeout:
-      return std::string(e.what()) + "; torch: collective operation timeout (Timed out waiting for the peers)";
-    case ErrorCode::kPeerLost: {
-      const int peer = static_cast<const shoal::PeerLost&>(e).peer();
-      return std::string(e.what()) + "; torch: connection closed by peer" +
-             (peer >= 0 ? " rank " + std::to_string(peer) : std::string());
-    }
-    default: return e.what();
+std::string torch_message(const shoal::Error& e) { return shoal::error_message(e, "torch"); }
+
+void raise_refusal(const shoal::Error& e, const std::string& prefix) {
+  if (shoal::error_mapping(e.code()).category == ErrorCategory::kInvalidArgument) {
+    TORCH_CHECK(false, prefix, e.what());
   }
+  C10_THROW_ERROR(DistBackendError, prefix + torch_message(e));
 }
 
 // ---------------------------------------------------------------- Activity
