@@ -20,7 +20,12 @@ Modes (MODES; each is what it changes around smp.DistributedModel):
 - baseline: the model as built;
 - checkpointing: smp.set_activation_checkpointing on every transformer block
   (``transformer.h``, strategy "each"): a block keeps its input, its inner
-  activations are recomputed in the backward pass.
+  activations are recomputed in the backward pass;
+- delayed: the model built under smp.delay_param_initialization (parameters
+  on the meta device until partitioning, then each rank materialises its own
+  partition's). Compare its "built" peak (after building the model, before
+  partitioning) and "build peak" (through partitioning and the first forward
+  and backward pass, before the optimizer's state exists) with baseline's.
 
 A further mode is a Mode(build, after_wrap, what) entry: build(args) returns
 the module to wrap, after_wrap(model) runs on the DistributedModel before the
@@ -52,6 +57,12 @@ def gpt2(a):
                                           n_positions=a.seq, bos_token_id=0, eos_token_id=0))
 
 
+def gpt2_delayed(a):
+    import shoal.modelparallel as smp
+    with smp.delay_param_initialization(enabled=True):
+        return gpt2(a)
+
+
 def checkpoint_blocks(model):
     import shoal.modelparallel.activation_checkpointing as ac
     ac.set_activation_checkpointing(model.module.transformer.h, strategy="each")
@@ -67,6 +78,8 @@ class Mode:
 MODES = {
     "baseline": Mode(gpt2, None, "the model as built"),
     "checkpointing": Mode(gpt2, checkpoint_blocks, "every transformer block checkpointed (strategy each)"),
+    "delayed": Mode(gpt2_delayed, None, "built under smp.delay_param_initialization (meta parameters; each "
+                    "rank materialises its partition)"),
 }
 
 
@@ -110,6 +123,7 @@ def rank_main(a) -> dict:
     smp.init({"partitions": a.np, "microbatches": a.microbatches, "pipeline": a.pipeline, "optimize": "speed"})
     torch.manual_seed(0)
     model = smp.DistributedModel(mode.build(a))
+    built = _status_kb("VmHWM")     # the peak of building the model (before partitioning)
     if mode.after_wrap:
         mode.after_wrap(model)
     opt = smp.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-4))
@@ -131,10 +145,13 @@ def rank_main(a) -> dict:
         t0 = time.perf_counter()
         opt.zero_grad()
         losses.append(float(step(model, x).reduce_mean()))
+        if i == 0:      # built, measured, partitioned, one forward and backward; no optimizer state yet
+            build_peak = _status_kb("VmHWM")
         opt.step()
         if i >= 1:
             times.append(time.perf_counter() - t0)
     return {"rank": smp.rank(), "peak_mib": _status_kb("VmHWM") / 1024, "start_mib": base / 1024,
+            "built_mib": built / 1024, "build_peak_mib": build_peak / 1024,
             "step_s": statistics.median(times), "losses": losses,
             "params": sum(p.numel() for p in model.local_parameters())}
 
@@ -170,13 +187,15 @@ def main():
     print(f"GPT-2 ({a.layers} layers, width {a.width}, vocab {a.vocab}, seq {a.seq}, batch {a.batch}), "
           f"{a.np} partitions x {a.microbatches} microbatches, {a.pipeline}, AdamW; peak RSS per rank over "
           f"{a.steps} steps after a warm-up step (MiB), median step time:")
-    print(f"  {'mode':<14} {'rank':>4} {'params':>10} {'RSS at start':>13} {'peak':>9} {'peak - start':>13} "
-          f"{'vs ' + first:>12} {'step':>8}")
+    print(f"  {'mode':<14} {'rank':>4} {'params':>10} {'built':>7} {'build peak':>11} {'RSS at start':>13} {'peak':>9} "
+          f"{'peak - start':>13} {'vs ' + first:>12} {'step':>8}")
     for m in modes:
         for r, x in enumerate(res[m]):
             ref = res[first][r]
             rel = (x["peak_mib"] - x["start_mib"]) / max(1e-9, ref["peak_mib"] - ref["start_mib"])
-            print(f"  {m:<14} {r:>4} {x['params']:>10,} {x['start_mib']:>12.1f} {x['peak_mib']:>9.1f} "
+            print(f"  {m:<14} {r:>4} {x['params']:>10,} {x['built_mib']:>7.1f} {x['build_peak_mib']:>11.1f} "
+                  f"{x['start_mib']:>12.1f} "
+                  f"{x['peak_mib']:>9.1f} "
                   f"{x['peak_mib'] - x['start_mib']:>13.1f} {rel:>11.2f}x {x['step_s'] * 1e3:>6.0f}ms")
     for m in modes[1:]:
         same = all(abs(p - q) <= 1e-4 * abs(q) for p, q in zip(res[m][-1]["losses"], res[first][-1]["losses"]))

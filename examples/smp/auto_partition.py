@@ -7,8 +7,7 @@ over ``partitions`` ranks by itself and places each part on its rank's GPU.
 
     build/bin/shoalrun --standalone --nproc-per-node 2 examples/smp/auto_partition.py
 
-The data is synthetic, shaped as MNIST (1x28x28 images, 10 classes) and learnable: each class
-is a fixed random image plus noise. Exit status 1 if the last loss is not below half the first.
+The data is synthetic (synthetic.py), shaped as MNIST's. Exit status 1 if the last loss is not below half the first.
 """
 
 import argparse
@@ -18,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import smdistributed.modelparallel.torch as smp
+from synthetic import mnist_like
 
 
 class GroupedNet(nn.Module):
@@ -45,14 +45,6 @@ def train_step(model, scaler, data, target):
     return output, loss
 
 
-def batches(steps, batch_size, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    prototypes = torch.randn(10, 1, 28, 28, generator=g)
-    for _ in range(steps):
-        target = torch.randint(0, 10, (batch_size,), generator=g)
-        yield prototypes[target] + 0.5 * torch.randn(batch_size, 1, 28, 28, generator=g), target
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
@@ -73,7 +65,7 @@ def main():
 
     model.train()
     losses = []
-    for data, target in batches(args.steps, args.batch_size, seed=smp.dp_rank()):
+    for data, target in mnist_like(args.steps, args.batch_size, seed=smp.dp_rank()):
         data, target = data.to(device), target.to(device)
         optimizer.zero_grad()
         _, loss_mb = train_step(model, scaler, data, target)

@@ -34,25 +34,32 @@ import smdistributed.modelparallel.torch as smp
 from smdistributed.modelparallel.torch.nn import FusedLayerNorm
 
 
+# (flag, type, default, help): the SageMaker example's options that matter here
+OPTIONS = [
+    ("--pipeline-parallel-degree", int, 2, "partitions"),
+    ("--microbatches", int, 4, "microbatches per batch"),
+    ("--fp16", int, 1, "half-precision parameters, fp32 master weights, dynamic loss scaling"),
+    ("--bf16", int, 0, "bfloat16 instead"),
+    ("--activation-checkpointing", int, 1, "checkpoint every transformer block"),
+    ("--steps", int, 30, "training steps"),
+    ("--batch-size", int, 8, "sequences per data-parallel replica"),
+    ("--seq-len", int, 64, "tokens per sequence"),
+    ("--vocab", int, 256, "vocabulary size"),
+    ("--layers", int, 4, "transformer blocks"),
+    ("--width", int, 128, "hidden size"),
+    ("--lr", float, 3e-3, "AdamW learning rate"),
+    ("--grad-clip", float, 1.0, "clip_master_grads max norm"),
+    ("--checkpoint-dir", str, "", "where partial checkpoints go"),
+    ("--resume", int, 0, "resume from the newest partial checkpoint"),
+    ("--log-every", int, 5, "steps between loss lines"),
+    ("--min-drop", float, 0.5, "a fresh run's last loss must be below this times its first"),
+]
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pipeline-parallel-degree", type=int, default=2)
-    p.add_argument("--microbatches", type=int, default=4)
-    p.add_argument("--fp16", type=int, default=1)
-    p.add_argument("--bf16", type=int, default=0)
-    p.add_argument("--activation-checkpointing", type=int, default=1)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--batch-size", type=int, default=8, help="per data-parallel replica")
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--vocab", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--width", type=int, default=128)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--checkpoint-dir", default="")
-    p.add_argument("--resume", type=int, default=0, help="resume from the newest partial checkpoint")
-    p.add_argument("--log-every", type=int, default=5)
-    p.add_argument("--min-drop", type=float, default=0.5, help="last loss must be below this times the first")
+    for flag, kind, default, what in OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=what)
     return p.parse_args()
 
 

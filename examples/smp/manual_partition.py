@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import smdistributed.modelparallel.torch as smp
+from synthetic import mnist_like
 
 
 class Net1(nn.Module):
@@ -60,14 +61,6 @@ def train_step(model, data, target):
     return output, loss
 
 
-def batches(steps, batch_size, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    prototypes = torch.randn(10, 1, 28, 28, generator=g)
-    for _ in range(steps):
-        target = torch.randint(0, 10, (batch_size,), generator=g)
-        yield prototypes[target] + 0.5 * torch.randn(batch_size, 1, 28, 28, generator=g), target
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
@@ -87,7 +80,7 @@ def main():
 
     model.train()
     losses = []
-    for data, target in batches(args.steps, args.batch_size, seed=smp.dp_rank()):
+    for data, target in mnist_like(args.steps, args.batch_size, seed=smp.dp_rank()):
         data, target = data.to(device), target.to(device)
         optimizer.zero_grad()
         _, loss_mb = train_step(model, data, target)

@@ -74,8 +74,9 @@ def test_example_trains_as_with_the_reference_backend():
 MP_WORKER = ROOT / "tests" / "python" / "mp_device_worker.py"
 
 
-def test_smp_partitions_on_the_gpu_train_as_on_cpu():
-    passed = assert_all_passed(run_job("place:2", 2, worker=MP_WORKER, env=CUDA, timeout=400))
+def test_smp_partitions_on_the_gpu_train_as_on_cpu(tmp_path):
+    passed = assert_all_passed(run_job("place:2", 2, worker=MP_WORKER, env={**CUDA, "TEST_CKPT_DIR": str(tmp_path)},
+                                       timeout=400))
     assert len(passed) == 4, passed
 
 

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import mp_models as M
 import shoal.modelparallel as smp
@@ -32,16 +33,19 @@ def batches(n=3, batch=8):
 
 
 def reference(steps, clip=None):
+    """The plain model trained in one process; the gradient norms clip_grad_norm_ saw (with `clip`)."""
     torch.manual_seed(0)
     ref = M.Chain(depth=4)
-    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     norms = []
-    for x, y in steps:
-        opt.zero_grad()
-        F.cross_entropy(ref(x), y).backward()
+
+    def clip_first(opt, args, kwargs):
         if clip:
             norms.append(torch.nn.utils.clip_grad_norm_(ref.parameters(), clip).item())
-        opt.step()
+    handle = register_optimizer_step_pre_hook(clip_first)   # every optimizer: removed below
+    try:
+        M.train_plain(ref, steps)
+    finally:
+        handle.remove()
     return ref, norms
 
 
@@ -64,12 +68,7 @@ def pipeline(c):
                                        dynamic_loss_scale=True,
                                        dynamic_loss_args={"scale_window": 1000, "min_scale": 1, "delayed_shift": 2})
         assert opt.optimizer is opt and opt.loss_scale == 1.0
-
-        @smp.step
-        def train_step(model, x, y):
-            loss = F.cross_entropy(model(x), y)
-            model.backward(loss)
-            return loss
+        train_step = M.cross_entropy_step(smp)
         steps = batches()
         ref, ref_norms = reference(steps, clip=0.5)
         norms = []
@@ -147,7 +146,51 @@ def one_stage(c):
     c.run("with an fp16-compression comm hook", run, True)
 
 
-SUITES = {"pipeline": pipeline, "one_stage": one_stage}
+def delayed(c):
+    """GPT-2 built under smp.delay_param_initialization on 2 partitions: every parameter starts on
+    the meta device; after partitioning each rank holds its own partition's, initialised as the
+    model initialises them, and the model trains."""
+    def run():
+        from transformers import GPT2Config, GPT2LMHeadModel
+        smp.init({"partitions": 2, "microbatches": 2})
+        cfg = GPT2Config(n_layer=4, n_embd=64, n_head=4, n_positions=32, vocab_size=128, resid_pdrop=0.0,
+                         embd_pdrop=0.0, attn_pdrop=0.0)
+        with smp.delay_param_initialization(enabled=True):
+            net = GPT2LMHeadModel(cfg)
+        assert all(p.is_meta for p in net.parameters()), "a parameter was built with memory"
+        assert not any(b.is_meta for b in net.buffers()), "buffers must be built as usual"
+        model = smp.DistributedModel(net)
+        opt = smp.DistributedOptimizer(torch.optim.Adam(net.parameters(), lr=3e-3))
+
+        @smp.step
+        def train_step(model, ids):
+            loss = model(input_ids=ids, labels=ids)["loss"]
+            model.backward(loss)
+            return loss
+        ids = torch.randint(0, 128, (4, 32), generator=torch.Generator().manual_seed(0))
+        losses = []
+        for k in range(12):
+            opt.zero_grad()
+            losses.append(train_step(model, ids).reduce_mean().item())
+            if k == 0:
+                local = dict(model.local_named_parameters())
+                assert local, "no local parameters"
+                for n, p in net.named_parameters():
+                    assert not p.is_meta, f"{n} is still on the meta device"
+                    if n not in local:
+                        assert p.numel() == 0, f"{n} of the other partition holds memory"
+                for n, p in local.items():
+                    assert torch.isfinite(p).all(), n
+                    if n.endswith("c_attn.weight"):       # Conv1D: normal(0, initializer_range)
+                        assert abs(p.std().item() - cfg.initializer_range) < 0.004, (n, p.std().item())
+                    if n.endswith("ln_1.weight"):
+                        assert torch.equal(p, torch.ones_like(p)), n
+            opt.step()
+        assert losses[-1] < 0.7 * losses[0], losses
+    c.run("GPT-2 under delay_param_initialization", run)
+
+
+SUITES = {"pipeline": pipeline, "one_stage": one_stage, "delayed": delayed}
 
 
 def main():

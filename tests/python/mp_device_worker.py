@@ -79,15 +79,8 @@ def train_on_device(partitions, pipeline, auto):
         torch.manual_seed(0)
         return M.Chain(depth=4) if auto else M.Manual(smp, partitions, depth=4)
     ref = make()
-    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
     batches = data()
-    ref_losses = []
-    for x, y in batches:
-        ropt.zero_grad()
-        loss = F.cross_entropy(ref(x), y)
-        loss.backward()
-        ropt.step()
-        ref_losses.append(loss.item())
+    ref_losses = M.train_plain(ref, batches)
 
     net = make()
     model = smp.DistributedModel(net)
@@ -101,13 +94,7 @@ def train_on_device(partitions, pipeline, auto):
             if isinstance(a, torch.Tensor) and a.device.type != "meta":    # (meta: smp tracing shapes)
                 seen.append(a.device)
     handles = [m.register_forward_pre_hook(check_inputs) for m in net.modules()]
-
-    @smp.step
-    def train_step(model, x, y):
-        out = model(x)
-        loss = F.cross_entropy(out, y)
-        model.backward(loss)
-        return loss
+    train_step = M.cross_entropy_step(smp)
 
     losses = []
     r, b = smp.dp_rank(), batches[0][0].size(0) // smp.dp_size()
@@ -133,6 +120,17 @@ def train_on_device(partitions, pipeline, auto):
     sd = model.state_dict()
     for k, v in ref.state_dict().items():
         close(sd[k], v, f"parameter {k}")
+    if pipeline == "simple" and auto:   # a partial checkpoint saved from the device and resumed onto it
+        d = os.path.join(os.environ["TEST_CKPT_DIR"], f"{partitions}x{WS // partitions}")
+        smp.save_checkpoint(d, "dev", partial=True, model=model, optimizer=opt)
+        saved = {n: p.detach().clone() for n, p in model.local_named_parameters()}
+        with torch.no_grad():
+            for p in model.local_parameters():
+                p.zero_()
+        smp.resume_from_checkpoint(d, tag="dev", partial=True)
+        for n, p in model.local_named_parameters():
+            assert p.device == dev, f"resumed {n} is on {p.device}"
+            close(p, saved[n], f"resumed {n}")
 
 
 def gpt2(dtype):

@@ -195,3 +195,28 @@ def text_data(steps, batch, lengths, vocab=13, seed=2):
 
 def lm_loss(out, y):
     return F.cross_entropy(out["logits"].reshape(-1, out["logits"].size(-1)), y.reshape(-1))
+
+
+# ----------------------------------------------------------------- shared by the workers
+
+def train_plain(model: nn.Module, batches, lr: float = 0.1):
+    """The reference: `model` trained in one process with SGD and cross entropy; the losses."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def cross_entropy_step(smp):
+    """An @smp.step training step with cross entropy, the shape of every SageMaker example."""
+    @smp.step
+    def train_step(model, x, y):
+        loss = F.cross_entropy(model(x), y)
+        model.backward(loss)
+        return loss
+    return train_step

@@ -23,6 +23,11 @@ def test_one_stage_outside_a_step_with_replicas_and_a_comm_hook():
     assert len(passed) == 2, passed
 
 
+def test_delayed_parameter_initialisation_materialises_only_the_local_partition():
+    passed = assert_all_passed(run_job("delayed", 2, worker=WORKER, timeout=300))
+    assert len(passed) == 1, passed
+
+
 def test_transformers_trainer_imports_under_the_sagemaker_model_parallel_environment():
     """transformers imports smdistributed.modelparallel.__version__, calls smp.init() and reads
     smp.state.cfg when SM_HP_MP_PARAMETERS and SM_FRAMEWORK_PARAMS say SageMaker MP is on."""

@@ -2,6 +2,9 @@
 (tests/fakegpu: CPU memory, asynchronous streams), as a CUDA GPU runs them (tests/gpu runs
 the same worker on CUDA). See mp_device_worker.py for what each job checks."""
 
+import shutil
+import tempfile
+
 import pytest
 
 from harness import HERE, assert_all_passed, run_job
@@ -11,8 +14,12 @@ WORKER = HERE / "mp_device_worker.py"
 
 @pytest.mark.parametrize("world_size, partitions", [(2, 2), (4, 2)])
 def test_partitions_live_on_the_device_and_train_as_on_the_cpu(world_size, partitions):
-    passed = assert_all_passed(run_job(f"place:{partitions}", world_size, worker=WORKER,
-                                       timeout=400))
+    d = tempfile.mkdtemp(prefix="shoal-mp-device-")
+    try:
+        passed = assert_all_passed(run_job(f"place:{partitions}", world_size, worker=WORKER, timeout=400,
+                                           env={"TEST_CKPT_DIR": d}))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     assert len(passed) == 4, passed
 
 

@@ -38,7 +38,9 @@ def test_gpu_scripts_run_on_the_test_device_with_the_device_name_changed(script,
     assert "torch.cuda.set_device(smp.local_rank())" in text and '.to(device)' in text
     copy = tmp_path / script
     copy.write_text(text.replace("cuda", "fakegpu"))
+    (tmp_path / "synthetic.py").write_text((EXAMPLES / "synthetic.py").read_text())
     load = f"import fakegpu, runpy, sys; fakegpu.load(); sys.argv = [{str(copy)!r}]; " \
+           f"sys.path.insert(0, {str(tmp_path)!r}); " \
            f"runpy.run_path({str(copy)!r}, run_name='__main__')"
     out = _run(["-c", load])
     done = re.search(r"done: loss ([\d.]+) -> ([\d.]+)", out)

@@ -8,7 +8,9 @@ rank 0 only (``obj`` should then be whole, e.g. ``model.state_dict()``).
 ``save_checkpoint(path, tag, partial, model, optimizer, user_content)`` (every
 rank calls it) writes the files that shoal.mpcommon.layout names.
 
-Every file is written to a temporary name, flushed and renamed, and ``newest``
+Model and optimizer states are written with their tensors on the CPU, so the
+files load anywhere (loading copies them onto the partitions' devices). Every
+file is written to a temporary name, flushed and renamed, and ``newest``
 is updated only after every rank has finished, so a crash never leaves a
 half-written checkpoint that looks complete.
 
@@ -27,6 +29,7 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_map
 
 from ..mpcommon import layout as L
 from ..mpcommon.errors import SMPValidationError
@@ -46,6 +49,12 @@ def _atomic_save(obj: Any, path: str, pickle_module=pickle, pickle_protocol: int
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _on_cpu(state: Any) -> Any:
+    """A state dict with its tensors on the CPU: checkpoint files load anywhere, whatever device the
+    partitions were on (loading copies them onto the partitions' devices)."""
+    return tree_map(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, state)
 
 
 def _load(path: str, map_location=None) -> Any:
@@ -82,9 +91,9 @@ def save_checkpoint(path: str, tag: str, partial: bool = True, model=None, optim
         if s.dp_rank == 0:
             os.makedirs(d, exist_ok=True)
             if model is not None:
-                _atomic_save(model.local_state_dict(), L.model_part(d, s.pp_rank))
+                _atomic_save(_on_cpu(model.local_state_dict()), L.part_file(d, "model", s.pp_rank))
             if optimizer is not None:
-                _atomic_save(optimizer.local_state_dict(), L.optimizer_part(d, s.pp_rank))
+                _atomic_save(_on_cpu(optimizer.local_state_dict()), L.part_file(d, "optimizer", s.pp_rank))
             if s.pp_rank == 0:
                 _atomic_save(user_content, os.path.join(d, L.USER_CONTENT))
     else:
@@ -92,10 +101,10 @@ def save_checkpoint(path: str, tag: str, partial: bool = True, model=None, optim
         full_opt = optimizer.state_dict() if optimizer is not None and s.dp_rank == 0 else None
         if s.rank == 0:
             if model is not None:
-                _atomic_save(full_model, L.full_model(path, tag))
+                _atomic_save(full_model, L.full_file(path, "model", tag))
             if optimizer is not None:
-                _atomic_save(full_opt, L.full_optimizer(path, tag))
-            _atomic_save(user_content, L.full_user_content(path, tag))
+                _atomic_save(_on_cpu(full_opt), L.full_file(path, "optimizer", tag))
+            _atomic_save(user_content, L.full_file(path, "user_content", tag))
     dist.barrier(group=s.ctl)
     if s.rank == 0:
         if partial:
@@ -120,23 +129,23 @@ def resume_from_checkpoint(path: str, tag: Optional[str] = None, partial: bool =
         if meta["model"]:
             model_sd = {}
             for r in range(meta["pp_size"]):
-                part = _load(L.model_part(d, r))
+                part = _load(L.part_file(d, "model", r))
                 part.pop("_smp_is_partial", None)
                 model_sd.update(part)
         if meta["optimizer"] and load_optimizer:
             opt_sd = {"state": {}, "param_groups": None}
             for r in range(meta["pp_size"]):
-                part = _load(L.optimizer_part(d, r))
+                part = _load(L.part_file(d, "optimizer", r))
                 opt_sd["state"].update(part["state"])
                 opt_sd["param_groups"] = opt_sd["param_groups"] or part["param_groups"]
         uc = os.path.join(d, L.USER_CONTENT)
         user_content = _load(uc) if os.path.exists(uc) else None
     else:
-        mp = L.full_model(path, tag)
+        mp = L.full_file(path, "model", tag)
         model_sd = _load(mp) if os.path.exists(mp) else None
-        op = L.full_optimizer(path, tag)
+        op = L.full_file(path, "optimizer", tag)
         opt_sd = _load(op) if load_optimizer and os.path.exists(op) else None
-        uc = L.full_user_content(path, tag)
+        uc = L.full_file(path, "user_content", tag)
         user_content = _load(uc) if os.path.exists(uc) else None
     if translate_function is not None and model_sd is not None:
         model_sd = translate_function(model_sd)

@@ -6,8 +6,9 @@ model's floating-point parameters and buffers in `dtype` (the config's
 The tensor-parallel arguments (``tensor_parallelism=True`` and the
 distributed modules' options such as ``fused_softmax``) belong to tensor
 parallelism: without it they are accepted and have no effect, as in
-SageMaker's library; with it they are refused by name, as is delayed
-parameter initialisation.
+SageMaker's library; with it they are refused by name. With the config's
+``delayed_parameter_initialization``, the model is built as under
+``smp.delay_param_initialization()``.
 """
 
 from __future__ import annotations
@@ -33,15 +34,29 @@ def model_creation(tensor_parallelism: bool = False, dtype: Optional[torch.dtype
     if dtype is not None:
         torch.set_default_dtype(dtype)
     try:
-        yield
+        with delay_param_initialization(s.cfg.delayed_parameter_initialization):
+            yield
     finally:
         torch.set_default_dtype(prev)
 
 
 @contextlib.contextmanager
 def delay_param_initialization(enabled: bool = True):
+    """Parameters of modules built inside are made on the meta device (a shape, no memory); at
+    partitioning each rank gives memory to its own partition's parameters only and initialises
+    them with their modules' own initialisation (runtime.py). Buffers are built as usual."""
     require()
-    if enabled:
-        raise SMPUnsupportedError("smp.delay_param_initialization(enabled=True): delayed parameter initialisation "
-                                  "is not implemented by shoal; build the model eagerly")
-    yield
+    if not enabled:
+        yield
+        return
+    orig = torch.nn.Module.register_parameter
+
+    def register_on_meta(self, name, param):
+        orig(self, name, param)
+        if param is not None and not param.is_meta:
+            self._parameters[name] = torch.nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
+    torch.nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = orig

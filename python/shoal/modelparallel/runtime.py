@@ -24,6 +24,7 @@ tensors, the values of the others, train/eval) gets its graph and segments
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -74,6 +75,25 @@ def _set_data(p: torch.Tensor, new: torch.Tensor) -> None:
     else:
         torch.utils.swap_tensors(p, torch.nn.Parameter(new, requires_grad=p.requires_grad)
                                  if isinstance(p, torch.nn.Parameter) else new)
+
+
+def _measurable(root: torch.nn.Module) -> torch.nn.Module:
+    """The module to measure for the automatic partition: `root`, or, when its parameters are on the
+    meta device (delayed initialisation), a copy of it whose parameters have memory and random values
+    (rank 0 holds the whole model for the time of the measurement; the copy is dropped after it)."""
+    if not any(p.is_meta for p in root.parameters()):
+        return root
+    probe = copy.deepcopy(root)
+    made: Dict[int, torch.nn.Parameter] = {}
+    with torch.no_grad():
+        for m in probe.modules():
+            for k, p in list(m._parameters.items()):
+                if p is not None and p.is_meta:
+                    if id(p) not in made:
+                        made[id(p)] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype).normal_(0.0, 0.02),
+                                                         requires_grad=p.requires_grad)
+                    m._parameters[k] = made[id(p)]
+    return probe
 
 
 def _flat_broadcast(tensors: List[torch.Tensor], src: int, group) -> None:
@@ -132,7 +152,7 @@ class ModelRuntime:
             error = None
             if s.rank == 0:
                 try:
-                    costs = tracing.measure(root, call.args, call.kwargs)
+                    costs = tracing.measure(_measurable(root), call.args, call.kwargs)
                     pl, g = P.auto_placement(root, costs, cfg.partitions, cfg.memory_weight, bound)
                     P.assign_owners(root, pl, g, cfg.default_partition)
                     msg = [("ok", pl)]
@@ -165,8 +185,33 @@ class ModelRuntime:
             rt.reducer = GradReducer(rt.local_params, s.grad, model._smp.bucket_cap_mb * 2**20)
         return rt
 
+    def _materialize(self) -> None:
+        """Delayed initialisation: this partition's parameters, built on the meta device, get memory
+        and their modules' own initialisation (``reset_parameters``, and a Hugging Face model's
+        ``_init_weights``), children before their parents, as the model's constructor would have."""
+        replaced = {}
+        for p in self.local_params:
+            if p.is_meta:
+                replaced[id(p)] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype), requires_grad=p.requires_grad)
+        if not replaced:
+            return
+        fresh = {id(v) for v in replaced.values()}
+        self._replace_params(replaced)
+        init_weights = getattr(self.root, "_init_weights", None)
+        with torch.no_grad():
+            for m in reversed(list(self.root.modules())):
+                own = [id(p) for p in m.parameters()]
+                if not own or not all(i in self.local_ids for i in own):
+                    continue
+                direct = [p for p in m._parameters.values() if p is not None]
+                if any(id(p) in fresh for p in direct) and hasattr(m, "reset_parameters"):
+                    m.reset_parameters()
+                if init_weights is not None:
+                    init_weights(m)
+
     def _distribute(self) -> None:
         s = self.s
+        self._materialize()
         if s.dp_size > 1:
             local = list(self.local_params)
             if self.model._smp.broadcast_buffers:

@@ -37,12 +37,8 @@ from .placement import set_limit
 class _State(core.State):
     def __init__(self):
         super().__init__()
-        self.ctl = None
-        self.pipe = None
-        self.grad = None
-        self.world = None
-        self.mp = None
-        self.dp = None
+        # the library's groups (control, pipeline, gradients) and the user's (world, mp, dp)
+        self.ctl = self.pipe = self.grad = self.world = self.mp = self.dp = None
         self.monitor: Optional[FailureMonitor] = None
         self.optimizers: List[Any] = []   # DistributedOptimizers
         self.step_ctx: Any = None         # the step being run (steps.py)

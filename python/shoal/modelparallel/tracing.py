@@ -32,6 +32,7 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
+from torch.utils._pytree import tree_map
 
 _TRACING = [False]
 
@@ -156,7 +157,9 @@ class _Recorder:
     def _pre(self, m, a, kw):
         name = self.names.get(id(m))
         if name not in self.costs:
-            self.costs[name] = ModuleCost(name, order=self.counter, first_args=a, first_kwargs=dict(kw))
+            # detached: the record must not keep the measured run's autograd graph (and its parameters) alive
+            a, kw = tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, (a, dict(kw)))
+            self.costs[name] = ModuleCost(name, order=self.counter, first_args=a, first_kwargs=kw)
         self.counter += 1
         self.stack.append(time.perf_counter())
 

@@ -88,7 +88,6 @@ _UNSUPPORTED = {
     "contiguous": (True, "non-contiguous TensorFlow partitions"),
     "predefined_hooks": (True, "turning off the predefined Hugging Face hooks"),
     "horovod": (False, "Horovod (a TensorFlow option)"),
-    "delayed_parameter_initialization": (False, "delayed parameter initialisation"),
 }
 # Keys that only tune a feature (the key named): accepted, checked, and meaningful once it is on.
 _TUNING = {
@@ -106,7 +105,8 @@ _NOOP = {"deterministic_server": bool, "static_mode": bool, "fast_mode": bool}
 
 _KNOWN = ("partitions", "pipeline_parallel_degree", "microbatches", "pipeline",
           "active_microbatches", "auto_partition", "default_partition", "memory_weight",
-          "optimize", "placement_strategy", "ddp", "fp16", "bf16", "fp16_params")
+          "optimize", "placement_strategy", "ddp", "fp16", "bf16", "fp16_params",
+          "delayed_parameter_initialization")
 # Keys of "off"-only features, of tuning knobs and no-ops, which the TensorFlow face also accepts.
 _EVERY = _KNOWN + tuple(_UNSUPPORTED) + tuple(_TUNING) + tuple(_NOOP) + ("horovod", "xla")
 
@@ -236,6 +236,7 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
     horovod = cfg.get("horovod", False)
     fp16 = _bool("fp16", cfg.get("fp16", False))
     fp16_params = _bool("fp16_params", cfg.get("fp16_params", False))
+    delayed = _bool("delayed_parameter_initialization", cfg.get("delayed_parameter_initialization", False))
     bf16 = _bool("bf16", cfg.get("bf16", False))
     if bf16 and (fp16 or fp16_params):
         raise SMPConfigError(f"smp config ({source}): 'fp16' and 'bf16' are both true; choose one half-precision "
@@ -259,7 +260,7 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
     return Config(partitions=p, microbatches=m, pipeline=pipeline, active_microbatches=active,
                   auto_partition=auto, default_partition=default_partition, memory_weight=float(mw),
                   optimize=optimize, placement_strategy=placement, ddp=ddp, horovod=horovod, fp16=fp16,
-                  fp16_params=fp16_params, bf16=bf16, source=source,
+                  fp16_params=fp16_params, bf16=bf16, delayed_parameter_initialization=delayed, source=source,
                   **rest)
 
 

@@ -37,24 +37,14 @@ def partial_dir(path: str, tag: str) -> str:
     return os.path.join(path, f"{tag}_partial")
 
 
-def model_part(d: str, pp_rank: int) -> str:
-    return os.path.join(d, f"model_pp{pp_rank}.pt")
+def part_file(d: str, kind: str, pp_rank: int) -> str:
+    """A partial checkpoint's file of one partition: `kind` is "model" or "optimizer"."""
+    return os.path.join(d, f"{kind}_pp{pp_rank}.pt")
 
 
-def optimizer_part(d: str, pp_rank: int) -> str:
-    return os.path.join(d, f"optimizer_pp{pp_rank}.pt")
-
-
-def full_model(path: str, tag: str) -> str:
-    return os.path.join(path, tag)
-
-
-def full_optimizer(path: str, tag: str) -> str:
-    return os.path.join(path, f"optimizer_{tag}")
-
-
-def full_user_content(path: str, tag: str) -> str:
-    return os.path.join(path, f"user_content_{tag}")
+def full_file(path: str, kind: str, tag: str) -> str:
+    """A full checkpoint's file: `kind` is "model", "optimizer" or "user_content"."""
+    return os.path.join(path, tag if kind == "model" else f"{kind}_{tag}")
 
 
 def partition_dir(directory: str, pp_rank: int) -> str:

@@ -8,67 +8,36 @@ the data-parallel (DP) group.
 
 from __future__ import annotations
 
-from typing import List
+from typing import Callable, List
 
 from .state import _ACTIVE, current
+
+
+def _query(name: str, attr: str, doc: str) -> Callable[[], int]:
+    """smp.<name>(): the state's `attr`."""
+    def query() -> int:
+        return getattr(current(), attr)
+    query.__name__ = query.__qualname__ = name
+    query.__doc__ = doc
+    return query
 
 
 def is_initialized() -> bool:
     return bool(_ACTIVE) and _ACTIVE[0].initialized
 
 
-def rank() -> int:
-    """This process's rank in the world."""
-    return current().rank
-
-
-def size() -> int:
-    """The number of ranks in the world."""
-    return current().world_size
-
-
-def local_rank() -> int:
-    """This process's rank among the ranks of its host."""
-    return current().local_rank
-
-
-def local_size() -> int:
-    return current().local_size
-
-
-def pp_rank() -> int:
-    """The partition this rank holds (its rank in its model replica)."""
-    return current().pp_rank
-
-
-def pp_size() -> int:
-    """The number of partitions (pipeline stages)."""
-    return current().pp_size
-
-
+rank = _query("rank", "rank", "This process's rank in the world.")
+size = _query("size", "world_size", "The number of ranks in the world.")
+local_rank = _query("local_rank", "local_rank", "This process's rank among the ranks of its host.")
+local_size = _query("local_size", "local_size", "The number of ranks on this host.")
+pp_rank = _query("pp_rank", "pp_rank", "The partition this rank holds (its rank in its model replica).")
+pp_size = _query("pp_size", "pp_size", "The number of partitions (pipeline stages).")
+dp_rank = _query("dp_rank", "dp_rank", "This rank's replica (its rank among the ranks holding its partition).")
+dp_size = _query("dp_size", "dp_size", "The number of model replicas.")
+tp_rank = _query("tp_rank", "tp_rank", "The rank in the tensor-parallel group (0: tensor parallelism is off).")
+tp_size = _query("tp_size", "tp_size", "The tensor-parallel degree (1).")
 mp_rank, mp_size = pp_rank, pp_size
-
-
-def dp_rank() -> int:
-    """This rank's replica (its rank among the ranks that hold its partition)."""
-    return current().dp_rank
-
-
-def dp_size() -> int:
-    """The number of model replicas."""
-    return current().dp_size
-
-
 rdp_rank, rdp_size = dp_rank, dp_size
-
-
-def tp_rank() -> int:
-    """The rank in the tensor-parallel group (0: tensor parallelism is not enabled)."""
-    return current().tp_rank
-
-
-def tp_size() -> int:
-    return current().tp_size
 
 
 def get_mp_group() -> List[int]:
