@@ -86,13 +86,11 @@ MODES = {
 def args_():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default="baseline,checkpointing", help=f"comma-separated, of {', '.join(MODES)}")
-    p.add_argument("--np", type=int, default=2, help="ranks = partitions")
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--vocab", type=int, default=8000)
-    p.add_argument("--seq", type=int, default=512)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--microbatches", type=int, default=4)
+    for flag, default, what in (("--np", 2, "ranks = partitions"), ("--layers", 8, "transformer blocks"),
+                                ("--width", 256, "hidden size"), ("--vocab", 8000, "vocabulary"),
+                                ("--seq", 512, "tokens per sequence"), ("--batch", 8, "sequences per step"),
+                                ("--microbatches", 4, "microbatches per step")):
+        p.add_argument(flag, type=int, default=default, help=what)
     p.add_argument("--pipeline", default="interleaved", choices=("interleaved", "simple"))
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--json", default=None, help="also write the results to this file (one object)")

@@ -50,14 +50,12 @@ from shoal.modelparallel.nn import FusedLayerNorm  # noqa: E402
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--d-model", type=int, default=768)
-    p.add_argument("--vocab", type=int, default=50257)
-    p.add_argument("--ctx", type=int, default=1024)
-    p.add_argument("--steps", type=int, default=4, help="timed steps per round (default 4)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--ln-rows", type=int, default=8192, help="LayerNorm rows (batch x sequence; default 8192)")
-    p.add_argument("--ln-iters", type=int, default=20)
+    for flag, default, what in (("--layers", 12, "GPT-2 blocks"), ("--d-model", 768, "hidden size"),
+                                ("--vocab", 50257, "vocabulary"), ("--ctx", 1024, "positions"),
+                                ("--steps", 4, "timed steps per round"), ("--rounds", 3, "rounds"),
+                                ("--ln-rows", 8192, "LayerNorm rows (batch x sequence)"),
+                                ("--ln-iters", 20, "LayerNorm iterations")):
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--impls", default="", help="comma-separated subset of the implementations")

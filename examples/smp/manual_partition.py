@@ -55,10 +55,9 @@ class GroupedNet(nn.Module):
 
 @smp.step
 def train_step(model, data, target):
-    output = model(data)
-    loss = F.nll_loss(output, target, reduction="mean")
+    loss = F.nll_loss(model(data), target)
     model.backward(loss)
-    return output, loss
+    return loss
 
 
 def main():
@@ -83,8 +82,7 @@ def main():
     for data, target in mnist_like(args.steps, args.batch_size, seed=smp.dp_rank()):
         data, target = data.to(device), target.to(device)
         optimizer.zero_grad()
-        _, loss_mb = train_step(model, data, target)
-        loss = loss_mb.reduce_mean()
+        loss = train_step(model, data, target).reduce_mean()
         optimizer.step()
         losses.append(loss.item())
         if smp.rank() == 0 and len(losses) % 5 == 0:

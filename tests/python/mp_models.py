@@ -199,9 +199,10 @@ def lm_loss(out, y):
 
 # ----------------------------------------------------------------- shared by the workers
 
-def train_plain(model: nn.Module, batches, lr: float = 0.1):
-    """The reference: `model` trained in one process with SGD and cross entropy; the losses."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+def train_plain(model: nn.Module, batches, make_opt=None):
+    """The reference: `model` trained in one process with cross entropy and `make_opt(params)`
+    (SGD, lr 0.1, by default); the losses."""
+    opt = make_opt(model.parameters()) if make_opt else torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for x, y in batches:
         opt.zero_grad()

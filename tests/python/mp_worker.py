@@ -380,20 +380,8 @@ def resume(c):
 
     torch.manual_seed(0)
     ref = M.Chain(depth=4)
-    ropt = make_opt(ref.parameters())
-    ref_losses = []
-    for x, y in data:
-        ropt.zero_grad()
-        loss = F.cross_entropy(ref(x), y)
-        loss.backward()
-        ropt.step()
-        ref_losses.append(loss.item())
-
-    @smp.step
-    def train_step(model, x, y):
-        loss = F.cross_entropy(model(x), y)
-        model.backward(loss)
-        return loss
+    ref_losses = M.train_plain(ref, data, make_opt)
+    train_step = M.cross_entropy_step(smp)
 
     def phase(cfg, steps, seed, resume_from=None):
         smp.init(cfg)

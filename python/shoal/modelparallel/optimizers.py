@@ -154,6 +154,16 @@ class _Fused(torch.optim.Optimizer):
             self._smp_model = model
         return s.pipe if self._smp_owns else None
 
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable] = None):
+        """One update: per group, its step count, then one multi-tensor pass per bucket (_update)."""
+        loss = self._closure(closure)
+        for group in self.param_groups:
+            group["step"] = group.get("step", 0) + 1
+            for b in self._buckets(group):
+                self._update(group, b)
+        return loss
+
     @staticmethod
     def _closure(closure: Optional[Callable]):
         if closure is None:
@@ -184,15 +194,6 @@ class FusedAdam(_Fused):
 
     def _keys(self, group: dict) -> Tuple[str, ...]:
         return ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if group["amsgrad"] else ("exp_avg", "exp_avg_sq")
-
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable] = None):
-        loss = self._closure(closure)
-        for group in self.param_groups:
-            group["step"] = group.get("step", 0) + 1
-            for b in self._buckets(group):
-                self._update(group, b)
-        return loss
 
     #: use torch's single-pass Adam kernel (torch._fused_adam_ / _fused_adamw_) where it applies:
     #: float32/float64 parameters, bias correction on, a device torch has the kernel for
@@ -364,15 +365,6 @@ class FusedNovoGrad(_Fused):
         if key == "exp_avg_sq":
             return torch.zeros((), dtype=dtype, device=p.device)
         return super()._new_state(key, p, dtype)
-
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable] = None):
-        loss = self._closure(closure)
-        for group in self.param_groups:
-            group["step"] = group.get("step", 0) + 1
-            for b in self._buckets(group):
-                self._update(group, b)
-        return loss
 
     @staticmethod
     def _update(group: dict, b: _Bucket) -> None:
