@@ -107,16 +107,18 @@ def pipeline(c):
             raise AssertionError("an fp32 model was accepted under fp16")
     c.run("an fp32 model under fp16 is refused on every rank", half_config_with_an_fp32_model)
 
-    def join_is_refused():
-        smp.init({"partitions": 2})
-        model = smp.DistributedModel(M.Chain(depth=4))
+    def join_refuses_fp16():
+        smp.init({"partitions": 1, "fp16": True, "ddp": True})
+        with smp.model_creation(dtype=torch.float16):
+            model = smp.DistributedModel(M.Chain(depth=4))
         try:
-            model.join()
+            with model.join():
+                pass
         except smp.SMPUnsupportedError as e:
-            assert "uneven inputs" in str(e)
+            assert "float16" in str(e), str(e)
         else:
-            raise AssertionError("join() did not say it is unsupported")
-    c.run("join() is refused by name", join_is_refused)
+            raise AssertionError("join() accepted fp16")
+    c.run("join() with fp16 is refused by name", join_refuses_fp16)
 
 
 def one_stage(c):
@@ -190,7 +192,38 @@ def delayed(c):
     c.run("GPT-2 under delay_param_initialization", run)
 
 
-SUITES = {"pipeline": pipeline, "one_stage": one_stage, "delayed": delayed}
+def uneven(c):
+    """1 partition x 2 replicas, replica 0 with 3 batches and replica 1 with 2, inside model.join():
+    replica 1 shadows the third step's averaging, dividing by 2 replicas (or by the 1 that stepped)."""
+    def run(divide_by_initial):
+        smp.init({"partitions": 1, "ddp": True})
+        shards = {r: batches(3 - r, 4) if r == 0 else batches(5, 4)[3:] for r in range(2)}
+        torch.manual_seed(0)
+        ref = M.Chain(depth=4)
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for k in range(3):
+            ropt.zero_grad()
+            active = [r for r in range(2) if k < len(shards[r])]
+            loss = sum(F.cross_entropy(ref(shards[r][k][0]), shards[r][k][1]) for r in active)
+            (loss / (2 if divide_by_initial else len(active))).backward()
+            ropt.step()
+        torch.manual_seed(0)
+        net = M.Chain(depth=4)
+        model = smp.DistributedModel(net)
+        opt = smp.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+        train_step = M.cross_entropy_step(smp)
+        with model.join(divide_by_initial_world_size=divide_by_initial):
+            for x, y in shards[smp.dp_rank()]:
+                opt.zero_grad()
+                train_step(model, x, y)
+                opt.step()
+        for n, p in net.named_parameters():
+            close(p, dict(ref.named_parameters())[n], n)
+    c.run("join(), dividing by every replica", run, True)
+    c.run("join(), dividing by the replicas that stepped", run, False)
+
+
+SUITES = {"pipeline": pipeline, "one_stage": one_stage, "delayed": delayed, "uneven": uneven}
 
 
 def main():

@@ -18,6 +18,11 @@ def test_a_v1_script_s_optimizer_state_and_gathering_on_two_partitions():
     assert len(passed) == 3, passed
 
 
+def test_join_trains_replicas_with_uneven_batches():
+    passed = assert_all_passed(run_job("uneven", 2, worker=WORKER, timeout=300))
+    assert len(passed) == 2, passed
+
+
 def test_one_stage_outside_a_step_with_replicas_and_a_comm_hook():
     passed = assert_all_passed(run_job("one_stage", 2, worker=WORKER, timeout=300))
     assert len(passed) == 2, passed

@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from ..mpcommon.errors import SMPUnsupportedError
 from .runtime import partition_device
 from .state import require
 
@@ -48,6 +49,10 @@ class GradScaler(torch.amp.GradScaler):
         if not self._enabled:
             return
         s = require()
+        if s.model is not None and s.model._smp.joining is not None:
+            raise SMPUnsupportedError(f"smp.amp.GradScaler ({s.who()}): not inside DistributedModel.join(): its "
+                                      f"inf/nan check spans every rank, and a replica that ran out of batches "
+                                      f"does not take part")
         self._init_here()
         super().unscale_(optimizer)
         state = self._per_optimizer_states[id(optimizer)]

@@ -15,7 +15,9 @@ group as soon as all of its parameters are final:
 - buckets are launched strictly in order, the same on every DP rank.
 
 A communication hook (``register_comm_hook``, DDP's interface) replaces the
-allreduce of each bucket. ``finish()`` waits for all buckets at the end of the step and copies the
+allreduce of each bucket. Under ``DistributedModel.join()`` a replica that has
+run out of batches shadows the others' reductions with zeros (``shadow``); each
+synchronising step starts with a count of the replicas that run it. ``finish()`` waits for all buckets at the end of the step and copies the
 averages back into ``.grad``. A parameter without a gradient on this rank
 contributes zeros; it keeps ``grad = None`` when the average is zero as well.
 """
@@ -78,6 +80,7 @@ class GradReducer:
         self.done: set = set()
         self.next = 0
         self.comm_hook = None         # (state, hook): DistributedModel.register_comm_hook
+        self.divisor: Optional[int] = None   # under join(divide_by_initial_world_size=False): the replicas that stepped
         self.handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.params]
 
     def close(self) -> None:
@@ -173,9 +176,31 @@ class GradReducer:
             state, hook = self.comm_hook
             b.work = hook(state, GradBucket(self.buckets.index(b), b, self.next + 1 == len(self.buckets)))
         else:
-            b.work = dist.all_reduce(b.flat, op=dist.ReduceOp.AVG, group=self.group, async_op=True)
+            op = dist.ReduceOp.AVG if self.divisor is None else dist.ReduceOp.SUM
+            b.work = dist.all_reduce(b.flat, op=op, group=self.group, async_op=True)
         timeline.record(f"allreduce start ({b.flat.numel() * b.flat.element_size() / 2**20:.2f} MB)",
                         "comm", t0, timeline.now())
+
+    # -- uneven inputs (DistributedModel.join)
+    def active_replicas(self, active: bool) -> int:
+        """How many replicas of this DP group run a step now (every member calls it once per step)."""
+        flag = torch.tensor([1 if active else 0], dtype=torch.int64, device=self.params[0].device)
+        dist.all_reduce(flag, group=self.group)
+        return int(flag.item())
+
+    def shadow(self, divide_by_initial_world_size: bool) -> None:
+        """This replica has no batch left: it takes part in the other replicas' gradient reduction
+        with zeros, bucket by bucket, as they launch them."""
+        if not self.buckets:
+            self.begin_step("join", [])
+        for b in self.buckets:
+            b.flat.zero_()
+            op = dist.ReduceOp.AVG if divide_by_initial_world_size else dist.ReduceOp.SUM
+            if self.comm_hook is not None:
+                state, hook = self.comm_hook
+                hook(state, GradBucket(self.buckets.index(b), b, b is self.buckets[-1])).wait()
+            else:
+                dist.all_reduce(b.flat, op=op, group=self.group)
 
     def finish(self) -> None:
         for p in self.params:
@@ -188,6 +213,8 @@ class GradReducer:
                 got = got[0] if isinstance(got, (list, tuple)) else got
                 if got.data_ptr() != b.flat.data_ptr():
                     b.flat.copy_(got.reshape(-1))
+            if self.divisor is not None and self.comm_hook is None:
+                b.flat.div_(self.divisor)
             for p, off, had in zip(b.params, b.offsets, b.had_grad):
                 avg = b.flat[off:off + p.numel()].view_as(p)
                 if p.grad is not None:

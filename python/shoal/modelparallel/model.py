@@ -15,6 +15,7 @@ this partition's part, marked ``_smp_is_partial``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from . import clip
 from ..mpcommon.errors import SMPUnsupportedError, SMPValidationError
 from .pipeline import Executor
-from .runtime import ModelRuntime, to_device
+from .runtime import ModelRuntime, broadcast_from, to_device
 from .state import require
 
 
@@ -81,7 +82,8 @@ class DistributedModel(torch.nn.Module):
                              average_grads_across_microbatches=average_grads_across_microbatches,
                              overlapping_allreduce=overlapping_allreduce, hooks=[], partial_keys=None,
                              backward_passes_per_step=backward_passes_per_step, backward_passes=0,
-                             partial_strict=True, epoch=s.epoch, comm_hook=None, gathered=False)
+                             partial_strict=True, epoch=s.epoch, comm_hook=None, gathered=False,
+                             joining=None)
         s.model = self
 
     # ------------------------------------------------------------- attribute access
@@ -136,6 +138,10 @@ class DistributedModel(torch.nn.Module):
         self._smp.backward_passes += 1
         sync = reducer is not None and self._smp.backward_passes % self._smp.backward_passes_per_step == 0
         if sync:
+            reducer.divisor = None
+            if self._smp.joining is not None:
+                n = reducer.active_replicas(True)
+                reducer.divisor = None if self._smp.joining else n
             reducer.begin_step("whole", [])
         torch.autograd.backward(ts, gs)
         if sync:
@@ -200,10 +206,49 @@ class DistributedModel(torch.nn.Module):
         if rt is not None and rt.reducer is not None:
             rt.reducer.comm_hook = self._smp.comm_hook
 
-    def join(self, *args, **kwargs):
-        raise SMPUnsupportedError("smp.DistributedModel.join(): uneven inputs across replicas are not "
-                                  "supported by shoal; give every data-parallel rank the same number of "
-                                  "batches (e.g. drop_last=True in the DataLoader)")
+    @contextlib.contextmanager
+    def join(self, divide_by_initial_world_size: bool = True, enable: bool = True,
+             throw_on_early_termination: bool = False):
+        """As DistributedDataParallel's: training with uneven inputs across the replicas. A replica that
+        leaves the context before the others takes part in their gradient averaging with zeros until
+        every replica has left; the average divides by the number of replicas
+        (``divide_by_initial_world_size``) or by the number that stepped. Every rank of a replica
+        runs the same steps (they share its batches). Not with fp16/bf16 or smp.amp.GradScaler, whose
+        overflow check spans every rank."""
+        s = require()
+        if throw_on_early_termination:
+            raise SMPUnsupportedError("smp.DistributedModel.join(throw_on_early_termination=True) is not "
+                                      "supported by shoal; the replicas that finish early shadow the others")
+        if not enable or s.dp_size == 1:
+            yield
+            return
+        if s.cfg.half_dtype is not None:
+            raise SMPUnsupportedError(f"smp.DistributedModel.join() ({s.who()}): not with '{s.cfg.half_dtype}' "
+                                      f"training, whose overflow check spans every rank")
+        self._smp.joining = bool(divide_by_initial_world_size)
+        try:
+            yield
+        except BaseException:
+            self._smp.joining = None
+            raise
+        rt = self._smp.rt
+        if rt is None or rt.reducer is None:
+            self._smp.joining = None
+            raise SMPValidationError(f"smp.DistributedModel.join() ({s.who()}): this replica ran no step inside "
+                                     f"the context; give every replica at least one batch")
+        try:
+            last = True                  # this replica ran the last step: no other one was still running
+            while rt.reducer.active_replicas(False):
+                last = False
+                rt.reducer.shadow(bool(divide_by_initial_world_size))
+            # as DDP's join: the replicas that ran the last step hold the final model; the others take it
+            src = torch.tensor([s.dp_rank if last else -1], dtype=torch.int64, device=rt.device)
+            dist.all_reduce(src, op=dist.ReduceOp.MAX, group=s.grad)
+            broadcast_from(list(rt.local_params) + [b for n, b in rt.buffer_by_name.items()
+                                                    if rt.pl.owner.get(n) == rt.me],
+                           s.dp_ranks[int(src.item())], s.grad)
+        finally:
+            self._smp.joining = None
 
     @property
     def partitioned(self) -> bool:

@@ -264,6 +264,11 @@ class Executor:
         if reducer is not None and overlap:
             groups = self.rt.final_groups(self.plan, self.sched, self.m)
         if reducer is not None:
+            joining = self.rt.model._smp.joining
+            reducer.divisor = None
+            if joining is not None:       # DistributedModel.join(): replicas may have run out of batches
+                n = reducer.active_replicas(True)
+                reducer.divisor = None if joining else n
             reducer.begin_step(id(self.plan), list(groups.values()))
         tasks = self.sched.tasks_of(self.me)
         out_part = self._part(self.plan.output_seg)

@@ -96,7 +96,7 @@ def _measurable(root: torch.nn.Module) -> torch.nn.Module:
     return probe
 
 
-def _flat_broadcast(tensors: List[torch.Tensor], src: int, group) -> None:
+def broadcast_from(tensors: List[torch.Tensor], src: int, group) -> None:
     by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
     for t in tensors:
         by_dtype.setdefault(t.dtype, []).append(t)
@@ -216,10 +216,10 @@ class ModelRuntime:
             local = list(self.local_params)
             if self.model._smp.broadcast_buffers:
                 local += [b for n, b in self.buffer_by_name.items() if self.pl.owner[n] == self.me]
-            _flat_broadcast(local, s.dp_ranks[0], s.grad)
+            broadcast_from(local, s.dp_ranks[0], s.grad)
         rep = [self.buffer_by_name[n] for n in self.pl.replicated]
         if rep and s.world_size > 1:
-            _flat_broadcast(rep, 0, s.ctl)
+            broadcast_from(rep, 0, s.ctl)
         dev = self.device
         with torch.no_grad():
             replaced = {}
