@@ -190,8 +190,8 @@ def half(c):
         assert worst < bound, f"{key}: a loss differs from fp32's by {worst:.4f} (bound {bound})"
         assert got[-1] < got[0] * 0.5, f"{key}: did not learn ({got[0]:.3f} -> {got[-1]:.3f})"
     # stated bounds: the largest gap to fp32's loss over the steps (losses start near ln(128) = 4.85)
-    c.run("fp16 within 0.1 of fp32", compare, "fp16", torch.float16, 0.1)
-    c.run("bf16 within 0.25 of fp32", compare, "bf16", torch.bfloat16, 0.25)
+    c.run("fp16 within 0.05 of fp32", compare, "fp16", torch.float16, 0.05)
+    c.run("bf16 within 0.1 of fp32", compare, "bf16", torch.bfloat16, 0.1)
 
 
 def overflow(c):
