@@ -11,6 +11,8 @@ from harness import HERE, assert_all_passed, run_job
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = HERE / "mp_api_worker.py"
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
 
 
 def test_a_v1_script_s_optimizer_state_and_gathering_on_two_partitions():
@@ -36,7 +38,9 @@ def test_delayed_parameter_initialisation_materialises_only_the_local_partition(
 def test_transformers_trainer_imports_under_the_sagemaker_model_parallel_environment():
     """transformers imports smdistributed.modelparallel.__version__, calls smp.init() and reads
     smp.state.cfg when SM_HP_MP_PARAMETERS and SM_FRAMEWORK_PARAMS say SageMaker MP is on."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"),
+    # one process of its own: no launcher variables from the test runner's environment
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(PYTHONPATH=str(ROOT / "python"), SHOAL_TIMEOUT_S="60",
                SM_HP_MP_PARAMETERS=json.dumps({"partitions": 1, "microbatches": 2}),
                SM_FRAMEWORK_PARAMS=json.dumps({"sagemaker_mpi_enabled": True}))
     code = ("import transformers.trainer, transformers.modeling_utils\n"
@@ -46,5 +50,13 @@ def test_transformers_trainer_imports_under_the_sagemaker_model_parallel_environ
             "assert smp.state.cfg.microbatches == 2 and smp.state.cfg.fp16 is False\n"
             "print('imported')\n")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                          cwd="/")
+                          cwd="/", stdin=subprocess.DEVNULL)
     assert proc.returncode == 0 and "imported" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_a_world_size_without_a_rank_is_a_clear_error_not_a_hang():
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(PYTHONPATH=str(ROOT / "python"), WORLD_SIZE="2")
+    code = "import shoal.modelparallel as smp\nsmp.init({})\n"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd="/")
+    assert proc.returncode != 0 and "WORLD_SIZE is 2 but RANK is not set" in proc.stderr, proc.stderr[-2000:]

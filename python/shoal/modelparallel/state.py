@@ -30,6 +30,7 @@ import shoal.torch  # noqa: F401  (registers the backend)
 
 from ..mpcommon import config as C
 from ..mpcommon import state as core
+from ..mpcommon.errors import SMPConfigError
 from .failure import FailureMonitor
 from .placement import set_limit
 
@@ -59,6 +60,10 @@ def init(config=None) -> None:
     """Initialises the library (see mpcommon/config.py for where the config comes from)."""
     if not dist.is_initialized():
         if "RANK" not in os.environ:
+            if os.environ.get("WORLD_SIZE", "1") != "1":
+                raise SMPConfigError(
+                    f"smp.init: WORLD_SIZE is {os.environ['WORLD_SIZE']} but RANK is not set: start the job with "
+                    f"a launcher (shoalrun, torchrun, mpirun), or unset WORLD_SIZE to run one process")
             os.environ.setdefault("RANK", "0")
             os.environ.setdefault("WORLD_SIZE", "1")
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
