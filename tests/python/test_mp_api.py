@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness import HERE, assert_all_passed, run_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,24 +17,15 @@ LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER
                  "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
 
 
-def test_a_v1_script_s_optimizer_state_and_gathering_on_two_partitions():
-    passed = assert_all_passed(run_job("pipeline", 2, worker=WORKER, timeout=300))
-    assert len(passed) == 3, passed
-
-
-def test_join_trains_replicas_with_uneven_batches():
-    passed = assert_all_passed(run_job("uneven", 2, worker=WORKER, timeout=300))
-    assert len(passed) == 2, passed
-
-
-def test_one_stage_outside_a_step_with_replicas_and_a_comm_hook():
-    passed = assert_all_passed(run_job("one_stage", 2, worker=WORKER, timeout=300))
-    assert len(passed) == 2, passed
-
-
-def test_delayed_parameter_initialisation_materialises_only_the_local_partition():
-    passed = assert_all_passed(run_job("delayed", 2, worker=WORKER, timeout=300))
-    assert len(passed) == 1, passed
+@pytest.mark.parametrize("suite, checks", [
+    ("pipeline", 3),      # a v1 script's optimizer surface on 2 partitions, cpu(), the fp16 and join refusals
+    ("uneven", 2),        # join() with uneven batches across replicas, both divisors
+    ("one_stage", 2),     # one stage outside @smp.step with replicas, and a comm hook
+    ("delayed", 1),       # delayed initialisation materialises only the local partition
+])
+def test_surface_job(suite, checks):
+    passed = assert_all_passed(run_job(suite, 2, worker=WORKER, timeout=300))
+    assert len(passed) == checks, passed
 
 
 def test_transformers_trainer_imports_under_the_sagemaker_model_parallel_environment():

@@ -144,8 +144,8 @@ class _DistributedMixin:
         """Clips the gradients the next step applies by their norm over every partition; returns
         the norm (-1.0 when the step overflowed and will be skipped)."""
         if self._smp_half is None:
-            grads = [p.grad for i, p in enumerate(self._smp_params)
-                     if p.grad is not None and i in self._smp_local_positions()]
+            local = self._smp_local_positions()
+            grads = [p.grad for i, p in enumerate(self._smp_params) if p.grad is not None and i in local]
             return float(clip_grads_(grads, max_norm, norm_type))
         self._smp_prepare()
         if self.overflow:

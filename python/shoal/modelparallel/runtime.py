@@ -227,10 +227,13 @@ class ModelRuntime:
                 if id(p) in replaced:
                     continue
                 local = id(p) in self.local_ids
-                if local and p.device == dev or not local and not p.numel() and p.device == dev:
+                if p.device == dev and (local or not p.numel()):
                     continue
-                new = p.detach().to(dev) if local else torch.empty(0, dtype=p.dtype, device=dev)
-                p.grad = None if not local else p.grad
+                if local:
+                    new = p.detach().to(dev)
+                else:                     # another partition's: freed, its shape stays in meta_state
+                    new = torch.empty(0, dtype=p.dtype, device=dev)
+                    p.grad = None
                 if torch._has_compatible_shallow_copy_type(p, new):
                     p.data = new
                 else:   # device types whose tensors are not interchangeable: a new Parameter

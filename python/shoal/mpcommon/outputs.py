@@ -8,10 +8,11 @@ divides by the number of microbatches, so it stays the batch's mean.
 
 from __future__ import annotations
 
+import abc
 from typing import Any, Callable, List, Optional, Sequence
 
 
-class StepOutput:
+class StepOutput(abc.ABC):
     def __init__(self, outputs: Sequence[Any]):
         self.outputs = list(outputs)
 
@@ -21,12 +22,14 @@ class StepOutput:
         return sum(values)
 
     @staticmethod
+    @abc.abstractmethod
     def _concat(values: List[Any], dim: int) -> Any:
-        raise NotImplementedError
+        """The values joined along `dim` (each face with its framework's op)."""
 
     @staticmethod
+    @abc.abstractmethod
     def _stack(values: List[Any], dim: int) -> Any:
-        raise NotImplementedError
+        """The values stacked along a new `dim`."""
 
     # ------------------------------------------------------------- the API
     def _live(self) -> List[Any]:
