@@ -44,10 +44,9 @@ def test_config_defaults_and_alias():
     ({"memory_weight": 1.5}, smp.SMPConfigError, ["'memory_weight' must be a number in [0, 1]"]),
     ({"partitions": 2, "default_partition": 2}, smp.SMPConfigError, ["'default_partition' is 2"]),
     ({"placement_strategy": "ring"}, smp.SMPConfigError, ["'placement_strategy'"]),
-    ({"tensor_parallel_degree": 2}, smp.SMPUnsupportedError,
-     ["'tensor_parallel_degree'", "tensor parallelism"]),
+    ({"tensor_parallel_degree": 2}, smp.SMPConfigError, ["'tensor_parallel_degree' is 2", "needs 'ddp': true"]),
     ({"fp16": True, "bf16": True}, smp.SMPConfigError, ["'fp16' and 'bf16' are both true"]),
-    ({"shard_optimizer_state": True}, smp.SMPUnsupportedError, ["'shard_optimizer_state'"]),
+    ({"prescaled_batch": "yes"}, smp.SMPConfigError, ["'prescaled_batch' must be true or false"]),
     ({"offload_activations": True}, smp.SMPUnsupportedError, ["'offload_activations'", "activation offloading"]),
     ({"activation_loading_horizon": "4"}, smp.SMPConfigError, ["'activation_loading_horizon' must be an integer"]),
     ({"ddp_dist_backend": "gloo"}, smp.SMPConfigError, ["'ddp_dist_backend' must be one of 'auto', 'nccl'"]),
@@ -108,23 +107,60 @@ def test_config_from_the_environment():
 # ----------------------------------------------------------------- topology
 
 def test_placement_cluster_and_spread():
-    t = Topology(8, 2, C.placement_order("cluster"))
-    assert t.mp_groups() == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert t.dp_groups() == [[0, 2, 4, 6], [1, 3, 5, 7]]
-    t = Topology(8, 2, C.placement_order("spread"))
-    assert t.mp_groups() == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert t.dp_groups() == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert t.dp_rank(6) == 2 and t.pp_rank(6) == 1
-    assert C.placement_order("DPT") == "DP" and C.placement_order("TPD") == "PD"
-    for ws, p, order in itertools.product([1, 2, 4, 6, 8], [1, 2], ["DP", "PD"]):
-        if ws % p:
+    t = Topology(8, 2, 1, C.placement_order("cluster"))
+    assert t.groups("mp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert t.groups("dp") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    t = Topology(8, 2, 1, C.placement_order("spread"))
+    assert t.groups("mp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert t.groups("dp") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert t.group("dp", 6).index(6) == 2 and t.pp_rank(6) == 1
+    assert (C.placement_order("cluster"), C.placement_order("spread")) == ("DPT", "TPD")
+    assert C.placement_order("PD") == "PDT" and C.placement_order("PTD") == "PTD"
+    with pytest.raises(smp.SMPConfigError, match="permutation of 'DPT'"):
+        C.placement_order("DPX")
+    for ws, p, tp, order in itertools.product([1, 2, 4, 6, 8], [1, 2], [1, 2], ["DPT", "TPD", "PDT", "TDP"]):
+        if ws % (p * tp):
             continue
-        t = Topology(ws, p, order)
-        seen = sorted(r for g in t.mp_groups() for r in g)
-        assert seen == list(range(ws))
+        t = Topology(ws, p, tp, order)
+        for kind in ("pp", "tp", "rdp", "dp", "mp"):
+            assert sorted(r for g in t.groups(kind) for r in g) == list(range(ws)), (kind, ws, p, tp, order)
         for r in range(ws):
-            assert t.rank_of(t.pp_rank(r), t.dp_rank(r)) == r
-            assert r in t.mp_group(r) and r in t.dp_group(r)
+            assert t.rank_of(*t.coords(r)) == r
+            assert set(t.group("tp", r)) <= set(t.group("dp", r)) and set(t.group("rdp", r)) <= set(t.group("dp", r))
+            assert len(t.group("dp", r)) == tp * len(t.group("rdp", r)) == ws // p
+
+
+@pytest.mark.parametrize("order, table", [
+    # SageMaker's documented tables (8 ranks, tp 2, pp 2, rdp 2): rank -> (rdp_rank, pp_rank, tp_rank)
+    ("DPT", [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]),
+    ("PTD", [(0, 0, 0), (1, 0, 0), (0, 0, 1), (1, 0, 1), (0, 1, 0), (1, 1, 0), (0, 1, 1), (1, 1, 1)]),
+    # spread = TPD: the reduced-data axis fastest, then pipeline, then tensor
+    ("TPD", [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1), (1, 0, 1), (0, 1, 1), (1, 1, 1)]),
+])
+def test_placement_with_tensor_parallelism_matches_sagemaker_tables(order, table):
+    t = Topology(8, 2, 2, order)
+    assert [t.coords(r) for r in range(8)] == table
+    if order == "DPT":   # cluster: tensor-parallel pairs are neighbours, a replica is 4 consecutive ranks
+        assert t.groups("tp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        assert t.groups("pp") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+        assert t.groups("mp") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        assert t.groups("rdp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+        assert t.groups("dp") == [[0, 1, 4, 5], [2, 3, 6, 7]]
+
+
+def test_three_dimensional_config_checks():
+    ok = C.parse({"tensor_parallel_degree": 2, "pipeline_parallel_degree": 2, "ddp": True}, world_size=8)
+    assert (ok.tensor_parallel_degree, ok.partitions) == (2, 2)
+    with pytest.raises(smp.SMPConfigError, match="'tensor_parallel_degree' is 2, which needs 'ddp': true"):
+        C.parse({"tensor_parallel_degree": 2}, world_size=2)
+    with pytest.raises(smp.SMPConfigError, match=r"2 x 'tensor_parallel_degree' 4 = 8 does not divide the world size 4"):
+        C.parse({"tensor_parallel_degree": 4, "pipeline_parallel_degree": 2, "ddp": True}, world_size=4)
+    with pytest.raises(smp.SMPConfigError, match="'sharded_data_parallel_degree' is 3, which does not divide"):
+        C.parse({"sharded_data_parallel_degree": 3, "ddp": True}, world_size=4)
+    with pytest.raises(smp.SMPConfigError, match="cannot be combined with pipeline parallelism"):
+        C.parse({"sharded_data_parallel_degree": 2, "pipeline_parallel_degree": 2, "ddp": True}, world_size=4)
+    with pytest.raises(smp.SMPConfigError, match="'shard_optimizer_state' must be true or false"):
+        C.parse({"shard_optimizer_state": 1})
 
 
 # ----------------------------------------------------------------- schedules

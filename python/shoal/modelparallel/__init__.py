@@ -28,12 +28,13 @@ from . import amp, nn, optimizers, patches, timeline
 from .activation_checkpointing import set_activation_checkpointing
 from .checkpoint import load, resume_from_checkpoint, save, save_checkpoint
 from .clip import clip_grad_norm_
-from .comm import (DP_GROUP, MP_GROUP, PP_GROUP, WORLD, CommGroup, RankType, allgather, barrier, broadcast,
-                   dp_barrier, get_dp_process_group, get_mp_process_group, get_pp_process_group,
-                   get_world_process_group, mp_barrier, pp_barrier, recv_from, send)
-from ..mpcommon.ranks import (dp_rank, dp_size, get_dp_group, get_mp_group, get_pp_group, is_initialized,
-                              local_rank, local_size, mp_rank, mp_size, num_microbatches, pp_rank, pp_size, rank,
-                              rdp_rank, rdp_size, size, tp_rank, tp_size)
+from .comm import (DP_GROUP, MP_GROUP, PP_GROUP, RDP_GROUP, TP_GROUP, WORLD, CommGroup, RankType, allgather,
+                   barrier, broadcast, dp_barrier, get_dp_process_group, get_mp_process_group,
+                   get_pp_process_group, get_rdp_process_group, get_tp_process_group, get_world_process_group,
+                   mp_barrier, pp_barrier, rdp_barrier, recv_from, send, tp_barrier)
+from ..mpcommon.ranks import (dp_rank, dp_size, get_dp_group, get_mp_group, get_pp_group, get_rdp_group,
+                              get_tp_group, is_initialized, local_rank, local_size, mp_rank, mp_size,
+                              num_microbatches, pp_rank, pp_size, rank, rdp_rank, rdp_size, size, tp_rank, tp_size)
 from ..mpcommon.config import Config
 from ..mpcommon.errors import (SMPConfigError, SMPError, SMPRemoteError, SMPTraceError, SMPUnsupportedError,
                      SMPValidationError)
@@ -50,10 +51,12 @@ __all__ = [
     "init", "shutdown", "is_initialized", "is_tracing", "Config",
     "rank", "size", "local_rank", "local_size", "pp_rank", "pp_size", "mp_rank", "mp_size", "dp_rank",
     "dp_size", "rdp_rank", "rdp_size", "tp_rank", "tp_size", "get_mp_group", "get_pp_group", "get_dp_group",
+    "get_tp_group", "get_rdp_group", "get_tp_process_group", "get_rdp_process_group",
     "get_mp_process_group", "get_pp_process_group", "get_dp_process_group", "get_world_process_group",
     "DistributedModel", "DistributedOptimizer", "partition", "set_partition", "step", "StepOutput",
-    "CommGroup", "RankType", "WORLD", "MP_GROUP", "PP_GROUP", "DP_GROUP",
+    "CommGroup", "RankType", "WORLD", "MP_GROUP", "PP_GROUP", "DP_GROUP", "TP_GROUP", "RDP_GROUP",
     "broadcast", "send", "recv_from", "allgather", "barrier", "mp_barrier", "pp_barrier", "dp_barrier",
+    "tp_barrier", "rdp_barrier",
     "save", "load", "save_checkpoint", "resume_from_checkpoint", "clip_grad_norm_", "amp", "timeline",
     "SMPError", "SMPConfigError", "SMPUnsupportedError", "SMPValidationError", "SMPTraceError",
     "SMPRemoteError", "num_microbatches", "state", "nn", "optimizers", "patches", "set_activation_checkpointing",

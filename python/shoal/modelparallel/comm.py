@@ -11,7 +11,8 @@ pipeline's own groups:
 - ``allgather(obj, group)``: a collective; every rank gets the list by rank;
 - ``barrier(group=WORLD)``, ``mp_barrier()``, ``pp_barrier()``, ``dp_barrier()``.
 
-Without tensor parallelism the MP group and the PP group are the same ranks.
+Without tensor parallelism the MP group and the PP group are the same ranks,
+and so are the DP and RDP groups.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any, List
 import torch.distributed as dist
 
 from . import transfer
-from ..mpcommon.groups import DP_GROUP, MP_GROUP, PP_GROUP, WORLD, CommGroup, RankType  # noqa: F401
+from ..mpcommon.groups import (DP_GROUP, MP_GROUP, PP_GROUP, RDP_GROUP, TP_GROUP, WORLD, CommGroup,  # noqa: F401
+                               RankType)
 from ..mpcommon.errors import SMPValidationError
 from .state import require
 
@@ -38,11 +40,24 @@ def get_mp_process_group():
     return require().mp
 
 
-get_pp_process_group = get_mp_process_group
+def get_pp_process_group():
+    return require().pp
+
+
+def get_tp_process_group():
+    """The tensor-parallel group (of this rank alone, made on first use, when the degree is 1)."""
+    s = require()
+    if s.tp is None:
+        s.tp = dist.new_group([s.rank], backend="shoal", use_local_synchronization=True)
+    return s.tp
 
 
 def get_dp_process_group():
     return require().dp
+
+
+def get_rdp_process_group():
+    return require().rdp
 
 
 # ----------------------------------------------------------------- helpers
@@ -50,7 +65,10 @@ def get_dp_process_group():
 def _group(group: CommGroup):
     s = require()
     ranks = s.group_ranks(group)
-    return {CommGroup.WORLD: s.world, CommGroup.MP_GROUP: s.mp, CommGroup.DP_GROUP: s.dp}[group], ranks
+    if group is CommGroup.TP_GROUP:
+        return get_tp_process_group(), ranks
+    return {CommGroup.WORLD: s.world, CommGroup.MP_GROUP: s.mp, CommGroup.PP_GROUP: s.pp,
+            CommGroup.DP_GROUP: s.dp, CommGroup.RDP_GROUP: s.rdp}[group], ranks
 
 
 def send(obj: Any, dest_rank: int, rank_type: RankType = RankType.WORLD_RANK) -> None:
@@ -99,7 +117,16 @@ def mp_barrier() -> None:
     barrier(CommGroup.MP_GROUP)
 
 
-pp_barrier = mp_barrier
+def pp_barrier() -> None:
+    barrier(CommGroup.PP_GROUP)
+
+
+def tp_barrier() -> None:
+    barrier(CommGroup.TP_GROUP)
+
+
+def rdp_barrier() -> None:
+    barrier(CommGroup.RDP_GROUP)
 
 
 def dp_barrier() -> None:

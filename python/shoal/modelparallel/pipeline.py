@@ -56,7 +56,7 @@ class Executor:
         s = rt.s
         self.s = s
         self.group = s.pipe
-        self.ranks = s.mp_ranks
+        self.ranks = s.pp_ranks
         self.me = s.pp_rank
         self.m = ctx.m
         self.nedges = max(1, len(plan.edges))

@@ -10,11 +10,17 @@ every rank in the same order):
 
 - ``ctl``: every rank; the library's own collectives (the partition plan,
   checkpoints, the gradient-norm and inf/nan agreement);
-- ``pipe``: this rank's model replica (MP group); activations and gradients;
-- ``grad``: this rank's DP group; gradient averaging (``ddp``);
-- ``world``/``mp``/``dp``: the same sets of ranks again, for the user
-  (``smp.get_*_process_group()`` and the communication helpers), so that user
-  traffic never interleaves with the pipeline's.
+- ``pipe``: this rank's pipeline (PP group); activations and gradients;
+- ``grad``: this rank's DP group; gradients of replicated parameters (``ddp``);
+- ``rdp_grad``: this rank's RDP group; gradients of tensor-parallel pieces;
+- ``tpg``: this rank's TP group; the tensor-parallel modules' collectives;
+- ``world``/``mp``/``pp``/``tp``/``dp``/``rdp``: the same sets of ranks again,
+  for the user (``smp.get_*_process_group()`` and the communication helpers),
+  so that user traffic never interleaves with the library's.
+
+Without tensor parallelism TP groups have one rank and are not created
+(``tpg``/``tp`` are groups of this rank alone only when asked), and the RDP
+groups are the DP groups (``rdp_grad`` is ``grad``).
 """
 
 from __future__ import annotations
@@ -39,13 +45,14 @@ class _State(core.State):
     def __init__(self):
         super().__init__()
         # the library's groups (control, pipeline, gradients) and the user's (world, mp, dp)
-        self.ctl = self.pipe = self.grad = self.world = self.mp = self.dp = None
+        self.ctl = self.pipe = self.grad = self.rdp_grad = self.tpg = None
+        self.world = self.mp = self.pp = self.tp = self.dp = self.rdp = None
         self.monitor: Optional[FailureMonitor] = None
         self.optimizers: List[Any] = []   # DistributedOptimizers
         self.step_ctx: Any = None         # the step being run (steps.py)
 
     def internal_groups(self) -> List:
-        return [g for g in (self.pipe, self.grad, self.ctl) if g is not None]
+        return [g for g in (self.pipe, self.grad, self.rdp_grad, self.tpg, self.ctl) if g is not None]
 
 
 STATE = _State()
@@ -78,14 +85,17 @@ def init(config=None) -> None:
             int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     s.ctl = _new_group(list(range(world_size)))
     s.world = _new_group(list(range(world_size)))
-    for ranks in s.topo.mp_groups():
-        pipe, mp = _new_group(ranks), _new_group(ranks)
-        if s.rank in ranks:
-            s.pipe, s.mp = pipe, mp
-    for ranks in s.topo.dp_groups():
-        grad, dp = _new_group(ranks), _new_group(ranks)
-        if s.rank in ranks:
-            s.grad, s.dp = grad, dp
+    # every rank creates every group, in the same order (torch.distributed's rule)
+    tp = s.tp_size > 1
+    for kind, names in (("pp", ("pipe", "pp")), ("mp", ("mp",)), ("dp", ("grad", "dp")),
+                        ("rdp", ("rdp_grad", "rdp") if tp else ()), ("tp", ("tpg", "tp") if tp else ())):
+        for ranks in s.topo.groups(kind):
+            made = [_new_group(ranks) for _ in names]
+            if s.rank in ranks:
+                for name, g in zip(names, made):
+                    setattr(s, name, g)
+    if not tp:
+        s.rdp_grad, s.rdp = s.grad, s.dp
     store = dist.distributed_c10d._get_default_store()
     s.monitor = FailureMonitor(store, f"shoal/smp/{s.epoch}/failure", s.who(), s.internal_groups, world_size)
     s.optimizers = []

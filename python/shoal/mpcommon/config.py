@@ -6,8 +6,8 @@ defaults (one partition). Keys follow the SageMaker model-parallel library (v1).
 Every key of the SageMaker library is known and checked: unknown keys and
 wrong types are errors; keys of features that shoal does not implement are
 rejected by name unless they carry their "off" value (e.g.
-``tensor_parallel_degree: 1``); keys that only tune such a feature
-(``activation_loading_horizon``, ``sdp_*``, ``ddp_dist_backend``) and a few
+``offload_activations: false``); keys that only tune such a feature
+(``activation_loading_horizon``, ``ddp_dist_backend``) and a few
 switches with no meaning here (``deterministic_server``, ``static_mode``,
 ``fast_mode``) are accepted, checked and kept in the Config.
 """
@@ -79,10 +79,6 @@ class Config:
 
 # Keys of features shoal does not implement, with the value that means "off" (accepted) and the feature.
 _UNSUPPORTED = {
-    "tensor_parallel_degree": (1, "tensor parallelism"),
-    "sharded_data_parallel_degree": (1, "sharded data parallelism"),
-    "shard_optimizer_state": (False, "optimizer state sharding"),
-    "prescaled_batch": (False, "prescaled batches (a tensor-parallel feature)"),
     "offload_activations": (False, "activation offloading"),
     "skip_tracing": (False, "skipping the tracing step"),
     "contiguous": (True, "non-contiguous TensorFlow partitions"),
@@ -92,7 +88,7 @@ _UNSUPPORTED = {
 # Keys that only tune a feature (the key named): accepted, checked, and meaningful once it is on.
 _TUNING = {
     "activation_loading_horizon": ("offload_activations", "int"),
-    "sdp_reduce_bucket_size": ("sharded_data_parallel_degree", "int"),
+    "sdp_reduce_bucket_size": ("sharded_data_parallel_degree", "int"),  # (see sharded_dp.py)
     "sdp_param_persistence_threshold": ("sharded_data_parallel_degree", "int"),
     "sdp_max_live_parameters": ("sharded_data_parallel_degree", "int"),
     "sdp_hierarchical_allgather": ("sharded_data_parallel_degree", "bool"),
@@ -106,7 +102,8 @@ _NOOP = {"deterministic_server": bool, "static_mode": bool, "fast_mode": bool}
 _KNOWN = ("partitions", "pipeline_parallel_degree", "microbatches", "pipeline",
           "active_microbatches", "auto_partition", "default_partition", "memory_weight",
           "optimize", "placement_strategy", "ddp", "fp16", "bf16", "fp16_params",
-          "delayed_parameter_initialization")
+          "delayed_parameter_initialization", "tensor_parallel_degree", "sharded_data_parallel_degree",
+          "shard_optimizer_state", "prescaled_batch")
 # Keys of "off"-only features, of tuning knobs and no-ops, which the TensorFlow face also accepts.
 _EVERY = _KNOWN + tuple(_UNSUPPORTED) + tuple(_TUNING) + tuple(_NOOP) + ("horovod", "xla")
 
@@ -136,20 +133,22 @@ def _choice(key: str, v: Any, choices) -> str:
 
 
 def placement_order(strategy: str) -> str:
-    """The placement as a permutation of 'D' and 'P' ('cluster' = 'DP', 'spread' = 'PD').
+    """The placement as a permutation of 'D', 'P' and 'T' ('cluster' = 'DPT', 'spread' = 'TPD').
 
     As in SageMaker, the right-most letter varies fastest over consecutive
-    ranks. A 'T' (tensor parallelism, degree 1 here) may appear and is dropped.
+    ranks. A permutation of 'D' and 'P' alone places 'T' right-most.
     """
     if strategy == "cluster":
-        return "DP"
+        return "DPT"
     if strategy == "spread":
-        return "PD"
-    if sorted(strategy) in (["D", "P"], ["D", "P", "T"]):
-        return strategy.replace("T", "")
+        return "TPD"
+    if isinstance(strategy, str) and sorted(strategy) == ["D", "P", "T"]:
+        return strategy
+    if isinstance(strategy, str) and sorted(strategy) == ["D", "P"]:
+        return strategy + "T"
     raise SMPConfigError(
         f"smp config: 'placement_strategy' must be 'cluster', 'spread' or a permutation of "
-        f"'DP' or 'DPT', got {strategy!r}")
+        f"'DPT' (or of 'DP'), got {strategy!r}")
 
 
 # Keys only the TensorFlow front end takes (framework="tensorflow").
@@ -241,6 +240,22 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
     if bf16 and (fp16 or fp16_params):
         raise SMPConfigError(f"smp config ({source}): 'fp16' and 'bf16' are both true; choose one half-precision "
                              f"type")
+    tp = _int("tensor_parallel_degree", cfg.get("tensor_parallel_degree", 1))
+    sdp = _int("sharded_data_parallel_degree", cfg.get("sharded_data_parallel_degree", 1))
+    shard_opt = _bool("shard_optimizer_state", cfg.get("shard_optimizer_state", False))
+    prescaled = _bool("prescaled_batch", cfg.get("prescaled_batch", False))
+    if tf_keys and (tp > 1 or sdp > 1 or shard_opt or prescaled):
+        raise SMPUnsupportedError(
+            f"smp config ({source}): tensor parallelism, sharded data parallelism and optimizer-state sharding "
+            f"are features of the PyTorch front end; the TensorFlow front end takes only "
+            f"'tensor_parallel_degree': 1, 'sharded_data_parallel_degree': 1 and the sharding switches off")
+    if tp > 1 and not ddp:
+        raise SMPConfigError(f"smp config ({source}): 'tensor_parallel_degree' is {tp}, which needs 'ddp': true "
+                             f"(as in SageMaker: tensor-parallel ranks are data-parallel ranks of the pipeline)")
+    if sdp > 1 and p > 1:
+        raise SMPConfigError(
+            f"smp config ({source}): 'sharded_data_parallel_degree' ({sdp}) cannot be combined with pipeline "
+            f"parallelism ('pipeline_parallel_degree' is {p}): use one partition, or shard_optimizer_state")
     if tf_keys and (fp16 or fp16_params or bf16):
         raise SMPUnsupportedError(f"smp config ({source}): 'fp16'/'bf16': the TensorFlow front end takes its "
                                   f"precision from Keras (tf.keras.mixed_precision), not from smp")
@@ -250,6 +265,15 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
             raise SMPConfigError(
                 f"smp config ({source}): 'partitions' is {p}, which does not divide the world size "
                 f"{world_size} (the data-parallel degree is world size / partitions)")
+        if world_size % (p * tp):
+            raise SMPConfigError(
+                f"smp config ({source}): 'pipeline_parallel_degree' {p} x 'tensor_parallel_degree' {tp} = {p * tp} "
+                f"does not divide the world size {world_size}")
+        rdp = world_size // (p * tp)
+        if rdp % sdp:
+            raise SMPConfigError(
+                f"smp config ({source}): 'sharded_data_parallel_degree' is {sdp}, which does not divide the "
+                f"reduced data-parallel degree {rdp} (world size {world_size} / pipeline {p} / tensor {tp})")
         if world_size // p > 1 and not (ddp or horovod):
             need = "'ddp': true or 'horovod': true" if tf_keys else "'ddp': true"
             raise SMPConfigError(
@@ -261,6 +285,8 @@ def parse(config: Optional[Mapping[str, Any]] = None, *, environ: Optional[Mappi
                   auto_partition=auto, default_partition=default_partition, memory_weight=float(mw),
                   optimize=optimize, placement_strategy=placement, ddp=ddp, horovod=horovod, fp16=fp16,
                   fp16_params=fp16_params, bf16=bf16, delayed_parameter_initialization=delayed, source=source,
+                  tensor_parallel_degree=tp, sharded_data_parallel_degree=sdp, shard_optimizer_state=shard_opt,
+                  prescaled_batch=prescaled,
                   **rest)
 
 

@@ -7,11 +7,12 @@ shoal.tensorflow.modelparallel, each a subclass of :class:`State` that adds
 its framework's groups). :meth:`State.setup` fills the framework-free part;
 the rank queries (ranks.py) and the communication helpers read it.
 
-Names are the SageMaker library's: ``world_size`` (``smp.size()``),
-``pp_rank``/``pp_size`` (also ``mp_*`` without tensor parallelism),
-``dp_rank``/``dp_size``, ``rdp_*`` (the data-parallel rank among the ranks
-of one tensor-parallel slice; equal to ``dp_*`` while the tensor-parallel
-degree is 1), ``tp_rank``/``tp_size``.
+Names are the SageMaker library's (topology.py has the layout):
+``world_size`` (``smp.size()``), ``pp_*`` (the pipeline), ``tp_*``,
+``rdp_*`` (the reduced data-parallel group: the ranks holding the same piece
+of the same partition), ``dp_*`` (every rank holding the partition: tp x rdp
+of them), ``mp_*`` (one model replica: pp x tp ranks). Each rank list is
+sorted by world rank; a rank's rank in a group is its index there.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ class State:
         self.world_size = 1
         self.local_rank = 0
         self.local_size = 1
-        self.pp_rank = 0
-        self.dp_rank = 0
+        self.pp_rank = self.dp_rank = self.tp_rank = self.rdp_rank = self.mp_rank = 0
+        self.pp_ranks: List[int] = [0]
         self.mp_ranks: List[int] = [0]
         self.dp_ranks: List[int] = [0]
+        self.tp_ranks: List[int] = [0]
+        self.rdp_ranks: List[int] = [0]
         self.model: Any = None            # the DistributedModel of this init
 
     def setup(self, cfg: C.Config, rank: int, world_size: int, local_rank: int, local_size: int) -> None:
@@ -46,30 +49,38 @@ class State:
         self.cfg = cfg
         self.rank, self.world_size = rank, world_size
         self.local_rank, self.local_size = local_rank, local_size
-        self.topo = Topology(world_size, cfg.partitions, C.placement_order(cfg.placement_strategy))
-        self.pp_rank = self.topo.pp_rank(rank)
-        self.dp_rank = self.topo.dp_rank(rank)
-        self.mp_ranks = self.topo.mp_group(rank)
-        self.dp_ranks = self.topo.dp_group(rank)
+        self.topo = Topology(world_size, cfg.partitions, cfg.tensor_parallel_degree,
+                             C.placement_order(cfg.placement_strategy))
+        for kind in ("pp", "mp", "dp", "tp", "rdp"):
+            ranks = self.topo.group(kind, rank)
+            setattr(self, f"{kind}_ranks", ranks)
+            setattr(self, f"{kind}_rank", ranks.index(rank))
         self.model = None
 
     @property
     def pp_size(self) -> int:
-        return self.cfg.partitions
+        return len(self.pp_ranks)
 
     @property
     def dp_size(self) -> int:
-        return self.world_size // self.cfg.partitions
-
-    @property
-    def tp_rank(self) -> int:
-        return 0
+        return len(self.dp_ranks)
 
     @property
     def tp_size(self) -> int:
-        return 1
+        return len(self.tp_ranks)
+
+    @property
+    def rdp_size(self) -> int:
+        return len(self.rdp_ranks)
+
+    @property
+    def mp_size(self) -> int:
+        return len(self.mp_ranks)
 
     def who(self) -> str:
+        if self.tp_size > 1:
+            return (f"rank {self.rank} (pp_rank {self.pp_rank}, tp_rank {self.tp_rank}, "
+                    f"rdp_rank {self.rdp_rank})")
         return f"rank {self.rank} (pp_rank {self.pp_rank}, dp_rank {self.dp_rank})"
 
     def require(self) -> "State":
@@ -80,7 +91,7 @@ class State:
 
     # ------------------------------------------------------------- the helpers' rank checks
     def group_ranks(self, group: CommGroup) -> List[int]:
-        """The world ranks of a CommGroup (WORLD, MP/PP, DP) of this rank, in group-rank order."""
+        """The world ranks of a CommGroup (WORLD, MP, PP, TP, DP, RDP) of this rank, in group-rank order."""
         if not isinstance(group, CommGroup):
             raise SMPValidationError(f"smp: group must be an smp.CommGroup, got {group!r}")
         return self._ranks(group.value)
@@ -96,8 +107,9 @@ class State:
         return ranks[r]
 
     def _ranks(self, kind: int) -> List[int]:
-        # CommGroup and RankType share values: 0 the world, 1 the model replica (MP = PP), 2 data-parallel
-        return {0: list(range(self.world_size)), 1: list(self.mp_ranks), 2: list(self.dp_ranks)}[kind]
+        # CommGroup and RankType share values (groups.py)
+        return list({0: range(self.world_size), 1: self.mp_ranks, 2: self.dp_ranks, 3: self.pp_ranks,
+                     4: self.tp_ranks, 5: self.rdp_ranks}[kind])
 
 
 # The state of the front end whose smp.init ran last: a process runs one job with one front end, and

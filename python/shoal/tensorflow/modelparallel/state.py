@@ -111,7 +111,11 @@ _TAG = 3
 def _group(g) -> ops.Group:
     s = require()
     key = g.value if isinstance(g, (CommGroup, RankType)) else g
-    return {0: s.user_world, 1: s.user_mp, 2: s.user_dp}[key]
+    if key == 4:
+        raise SMPValidationError("smp: the TP group is a feature of the PyTorch front end (no tensor parallelism "
+                                 "in TensorFlow)")
+    # without tensor parallelism PP = MP and RDP = DP
+    return {0: s.user_world, 1: s.user_mp, 2: s.user_dp, 3: s.user_mp, 5: s.user_dp}[key]
 
 
 def _pack(obj: Any) -> tf.Tensor:
