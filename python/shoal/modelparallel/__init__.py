@@ -45,6 +45,7 @@ from .placement import partition, set_partition
 from .state import STATE as state  # smp.state.cfg: every resolved config key (SageMaker's name)
 from .state import init, shutdown
 from .steps import StepOutput, step
+from .tensor_parallel import set_tensor_parallelism, tensor_parallelism, tp_register, tp_register_with_module
 from .tracing import is_tracing
 
 __all__ = [
@@ -60,5 +61,6 @@ __all__ = [
     "save", "load", "save_checkpoint", "resume_from_checkpoint", "clip_grad_norm_", "amp", "timeline",
     "SMPError", "SMPConfigError", "SMPUnsupportedError", "SMPValidationError", "SMPTraceError",
     "SMPRemoteError", "num_microbatches", "state", "nn", "optimizers", "patches", "set_activation_checkpointing",
-    "model_creation", "delay_param_initialization",
+    "model_creation", "delay_param_initialization", "tensor_parallelism", "set_tensor_parallelism",
+    "tp_register", "tp_register_with_module",
 ]

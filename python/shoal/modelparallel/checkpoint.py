@@ -66,39 +66,61 @@ def save(obj: Any, f: str, partial: bool = True, pickle_module=pickle, pickle_pr
     s = require()
     if not isinstance(f, str):
         raise SMPValidationError("smp.save: f must be a file name (str)")
-    if s.dp_rank != 0:
+    if s.rdp_rank != 0:
         return
-    if partial or s.pp_rank == 0:
-        _atomic_save(obj, L.save_file(f, s.pp_rank, partial), pickle_module, pickle_protocol)
+    if partial or (s.pp_rank == 0 and s.tp_rank == 0):
+        _atomic_save(obj, L.save_file(f, s.pp_rank, partial, s.tp_rank if s.tp_size > 1 else None),
+                     pickle_module, pickle_protocol)
 
 
 def load(f: str, map_location=None, pickle_module=None, partial: bool = True, **pickle_load_args) -> Any:
     s = require()
-    path = L.save_file(f, s.pp_rank, partial)
+    path = L.save_file(f, s.pp_rank, partial, s.tp_rank if s.tp_size > 1 else None)
     if not os.path.exists(path):
         raise FileNotFoundError(f"smp.load: {path} does not exist"
                                 + (" (partial=True reads f'{f}_{pp_rank}')" if partial else ""))
     return _load(path, map_location)
 
 
+def _sharded(optimizer) -> bool:
+    """Whether each rank holds its own part of the optimizer state (shard_optimizer_state,
+    sharded data parallelism): then every rank writes and reads its own file."""
+    return bool(getattr(optimizer, "_smp_sharded_state", False))
+
+
+def _files(d: str, kind: str, s, pp_rank: int, rdp: bool = False) -> str:
+    return L.part_file(d, kind, pp_rank, s.tp_rank if s.tp_size > 1 else None, s.rdp_rank if rdp else None)
+
+
 def save_checkpoint(path: str, tag: str, partial: bool = True, model=None, optimizer=None,
                     user_content: Any = None, translate_if_full: bool = True,
                     num_kept_partial_checkpoints: Optional[int] = None) -> None:
+    """Partial: each (partition, tensor-parallel piece) written once, by its rdp_rank 0 (sharded
+    optimizer state: by every rank). Full: the whole model on rank 0, keyed as the model before the
+    tensor-parallel replacement when `translate_if_full` (so it loads into the plain model)."""
     s = require()
     tag = str(tag)
+    sharded = optimizer is not None and _sharded(optimizer)
     if partial:
         d = L.partial_dir(path, tag)
-        if s.dp_rank == 0:
+        if s.rdp_rank == 0:
             os.makedirs(d, exist_ok=True)
-            if model is not None:
-                _atomic_save(_on_cpu(model.local_state_dict()), L.part_file(d, "model", s.pp_rank))
-            if optimizer is not None:
-                _atomic_save(_on_cpu(optimizer.local_state_dict()), L.part_file(d, "optimizer", s.pp_rank))
-            if s.pp_rank == 0:
-                _atomic_save(user_content, os.path.join(d, L.USER_CONTENT))
+        dist.barrier(group=s.ctl)
+        if s.rdp_rank == 0 and model is not None:
+            _atomic_save(_on_cpu(model.local_state_dict()), _files(d, "model", s, s.pp_rank))
+        if optimizer is not None and (sharded or s.rdp_rank == 0):
+            _atomic_save(_on_cpu(optimizer.local_state_dict()), _files(d, "optimizer", s, s.pp_rank, sharded))
+        if s.rank == 0:
+            _atomic_save(user_content, os.path.join(d, L.USER_CONTENT))
     else:
-        full_model = model.state_dict() if model is not None and s.dp_rank == 0 else None
-        full_opt = optimizer.state_dict() if optimizer is not None and s.dp_rank == 0 else None
+        if sharded:
+            raise SMPValidationError(
+                "smp.save_checkpoint(partial=False): saving the full optimizer is not supported with sharded "
+                "optimizer state; save a partial checkpoint, or pass optimizer=None to save the full model")
+        full_model = model.state_dict() if model is not None else None
+        if full_model is not None and translate_if_full:
+            full_model = model._smp_original_names(full_model)
+        full_opt = optimizer.state_dict() if optimizer is not None and s.rdp_rank == 0 else None
         if s.rank == 0:
             if model is not None:
                 _atomic_save(full_model, L.full_file(path, "model", tag))
@@ -108,8 +130,9 @@ def save_checkpoint(path: str, tag: str, partial: bool = True, model=None, optim
     dist.barrier(group=s.ctl)
     if s.rank == 0:
         if partial:
-            L.write_meta(path, tag, {"tag": tag, "pp_size": s.pp_size, "model": model is not None,
-                                     "optimizer": optimizer is not None})
+            L.write_meta(path, tag, {"tag": tag, "pp_size": s.pp_size, "tp_size": s.tp_size,
+                                     "rdp_size": s.rdp_size, "model": model is not None,
+                                     "optimizer": optimizer is not None, "sharded_optimizer": sharded})
         L.write_newest(path, tag)
         if partial and num_kept_partial_checkpoints:
             L.prune(path, num_kept_partial_checkpoints)
@@ -119,23 +142,39 @@ def save_checkpoint(path: str, tag: str, partial: bool = True, model=None, optim
 def resume_from_checkpoint(path: str, tag: Optional[str] = None, partial: bool = True, strict: bool = True,
                            load_optimizer: bool = True, load_sharded_optimizer_state: bool = True,
                            translate_function=None) -> Any:
+    """Partial checkpoints resume in the layout they were written in (partitions may be re-planned;
+    tensor-parallel and optimizer-shard layouts must match); full ones load into any layout."""
     s = require()
     who = "smp.resume_from_checkpoint"
     tag = L.newest_tag(path, who, tag)
     if partial:
         d = L.partial_dir(path, tag)
         meta = L.read_meta(path, tag, who)
+        tp = meta.get("tp_size", 1)
+        if tp != s.tp_size:
+            raise SMPValidationError(
+                f"{who} ({s.who()}): the partial checkpoint {d} was written with tensor_parallel_degree {tp}, "
+                f"this job has {s.tp_size}: partial checkpoints resume in the same layout; save a full "
+                f"checkpoint (partial=False) to change it")
         model_sd, opt_sd = None, None
         if meta["model"]:
             model_sd = {}
             for r in range(meta["pp_size"]):
-                part = _load(L.part_file(d, "model", r))
+                part = _load(_files(d, "model", s, r))
                 part.pop("_smp_is_partial", None)
                 model_sd.update(part)
-        if meta["optimizer"] and load_optimizer:
+            model_sd["_smp_is_partial"] = True
+        if meta["optimizer"] and load_optimizer and meta.get("sharded_optimizer"):
+            if meta.get("rdp_size", 1) != s.rdp_size or meta["pp_size"] != s.pp_size:
+                raise SMPValidationError(
+                    f"{who} ({s.who()}): the checkpoint's optimizer state is sharded over {meta.get('rdp_size')} "
+                    f"ranks and {meta['pp_size']} partitions; this job has {s.rdp_size} and {s.pp_size}")
+            if load_sharded_optimizer_state:
+                opt_sd = _load(_files(d, "optimizer", s, s.pp_rank, True))
+        elif meta["optimizer"] and load_optimizer:
             opt_sd = {"state": {}, "param_groups": None}
             for r in range(meta["pp_size"]):
-                part = _load(L.part_file(d, "optimizer", r))
+                part = _load(_files(d, "optimizer", s, r))
                 opt_sd["state"].update(part["state"])
                 opt_sd["param_groups"] = opt_sd["param_groups"] or part["param_groups"]
         uc = os.path.join(d, L.USER_CONTENT)

@@ -3,10 +3,10 @@
 ``with smp.model_creation(dtype=torch.float16): model = Net()`` builds the
 model's floating-point parameters and buffers in `dtype` (the config's
 ``fp16``/``bf16`` need a half-precision model; smp.DistributedModel checks).
-The tensor-parallel arguments (``tensor_parallelism=True`` and the
-distributed modules' options such as ``fused_softmax``) belong to tensor
-parallelism: without it they are accepted and have no effect, as in
-SageMaker's library; with it they are refused by name. With the config's
+With ``tensor_parallelism=True`` the model is built as inside
+``smp.tensor_parallelism(**tp_config)`` (tensor_parallel.py): its supported
+modules become tensor-parallel when it is wrapped, the keyword arguments
+(``fused_softmax``, ...) going to the distributed modules. With the config's
 ``delayed_parameter_initialization``, the model is built as under
 ``smp.delay_param_initialization()``.
 """
@@ -18,23 +18,25 @@ from typing import Optional
 
 import torch
 
-from ..mpcommon.errors import SMPUnsupportedError, SMPValidationError
+from ..mpcommon.errors import SMPValidationError
 from .state import require
+from .tensor_parallel import tensor_parallelism as tensor_parallelism_ctx
 
 
 @contextlib.contextmanager
 def model_creation(tensor_parallelism: bool = False, dtype: Optional[torch.dtype] = None, **tp_config):
     s = require()
-    if tensor_parallelism:
-        raise SMPUnsupportedError(f"smp.model_creation(tensor_parallelism=True) ({s.who()}): tensor parallelism "
-                                  f"is not implemented by shoal; see docs/modelparallel.md")
+    if not isinstance(tensor_parallelism, bool):
+        raise SMPValidationError(f"smp.model_creation: tensor_parallelism must be True or False, got "
+                                 f"{tensor_parallelism!r}")
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise SMPValidationError(f"smp.model_creation: dtype must be a floating-point torch.dtype, got {dtype!r}")
     prev = torch.get_default_dtype()
     if dtype is not None:
         torch.set_default_dtype(dtype)
+    tp = tensor_parallelism_ctx(True, **tp_config) if tensor_parallelism else contextlib.nullcontext()
     try:
-        with delay_param_initialization(s.cfg.delayed_parameter_initialization):
+        with tp, delay_param_initialization(s.cfg.delayed_parameter_initialization):
             yield
     finally:
         torch.set_default_dtype(prev)

@@ -7,9 +7,13 @@ step (pipeline.py) and, with ``ddp``, averages its gradients over its DP group.
 
 Calling the model and ``model.backward`` are only allowed inside an
 ``@smp.step`` function. ``state_dict()`` gathers the whole model from the
-ranks of the replica (a collective over the replica) with the original
-module's keys, so it loads into the plain module; ``local_state_dict()`` is
-this partition's part, marked ``_smp_is_partial``.
+ranks of the replica (a collective over the replica: the pipeline's
+partitions, and the tensor-parallel pieces joined into whole tensors) keyed as
+the wrapped module; ``local_state_dict()`` is this rank's part (its partition,
+its tensor-parallel pieces), marked ``_smp_is_partial``. Wrapping replaces the
+enabled supported modules by their tensor-parallel versions
+(tensor_parallel.py); ``load_state_dict`` takes a full state dict keyed either
+way (as the wrapped module, or as the model before the replacement).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from . import clip
+from . import tensor_parallel as TP
 from ..mpcommon.errors import SMPUnsupportedError, SMPValidationError
 from .pipeline import Executor
 from .runtime import ModelRuntime, broadcast_from, to_device
@@ -77,8 +82,10 @@ class DistributedModel(torch.nn.Module):
                     f"not {half} (e.g. '{wrong[0][0]}' is {wrong[0][1]}): build the model inside "
                     f"`with smp.model_creation(dtype=torch.{half}):`")
         super().__init__()
+        module, replaced = TP.replace_modules(module, s.who(), s.tp_size)
         self.module = module
-        self._smp = _Options(rt=None, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=broadcast_buffers,
+        self._smp = _Options(replaced=replaced, rt=None, bucket_cap_mb=bucket_cap_mb,
+                             broadcast_buffers=broadcast_buffers,
                              average_grads_across_microbatches=average_grads_across_microbatches,
                              overlapping_allreduce=overlapping_allreduce, hooks=[], partial_keys=None,
                              backward_passes_per_step=backward_passes_per_step, backward_passes=0,
@@ -177,7 +184,7 @@ class DistributedModel(torch.nn.Module):
         if self._smp.rt is None:
             self.module.cpu()
             return self
-        full = self.state_dict()
+        full = self._gathered(whole_tensors=False)
         with torch.no_grad():
             for name, t in list(self.module.named_parameters(remove_duplicate=False)):
                 if name in full:
@@ -347,28 +354,68 @@ class DistributedModel(torch.nn.Module):
         return sd
 
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False, **kw):
-        """The whole model's state_dict (gathered over the model replica), keyed as the plain module."""
-        rt = self._smp.rt
-        if rt is None:
+        """The whole model's state_dict (gathered over the model replica), keyed as the wrapped module."""
+        if self._smp.rt is None and require().tp_size == 1:
             return self.module.state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
-        s = require()
-        local = self.local_state_dict()
-        local.pop("_smp_is_partial")
-        parts: List[Any] = [None] * s.pp_size
-        dist.all_gather_object(parts, {k: v.detach().cpu() for k, v in local.items()}, group=s.pipe)
-        merged = {}
-        for p in parts:
-            merged.update(p)
+        merged = self._gathered(whole_tensors=True)
         out = collections.OrderedDict() if destination is None else destination
         for k in self.module.state_dict(keep_vars=True):
             if k in merged:
                 out[prefix + k] = merged[k]
         return out
 
+    def _gathered(self, whole_tensors: bool) -> Dict[str, torch.Tensor]:
+        """Every partition's tensors on the CPU (a collective over the replica); with `whole_tensors`
+        the tensor-parallel pieces are joined (a collective over the TP group)."""
+        s = require()
+        local = {k: v.detach() for k, v in self.local_state_dict().items() if k != "_smp_is_partial"}
+        if whole_tensors and s.tp_size > 1:
+            local = TP.join_pieces(self.module, local, s.tpg, s.tp_size)
+        local = {k: v.cpu() for k, v in local.items()}
+        if s.pp_size == 1:
+            return local
+        parts: List[Any] = [None] * s.pp_size
+        dist.all_gather_object(parts, local, group=s.pipe)
+        merged = {}
+        for p in parts:
+            merged.update(p)
+        return merged
+
+    # ------------------------------------------------------------- tensor parallelism
+    def _smp_original_names(self, sd: Dict[str, Any]) -> Dict[str, Any]:
+        """A full state dict keyed as the model was before its modules became tensor-parallel."""
+        return TP.to_original_names(sd, self._smp.replaced)
+
+    def distributed_modules(self) -> List[torch.nn.Module]:
+        """The tensor-parallel modules of the model (smp.nn.DistributedModule instances)."""
+        return [m for m in self.module.modules() if isinstance(m, TP.DistributedModule)]
+
+    def is_distributed_parameter(self, param: torch.Tensor) -> bool:
+        """Whether `param` is a tensor-parallel piece (its gradient is averaged over the RDP group)."""
+        return bool(getattr(param, "_smp_distributed", False))
+
+    is_distributed_buffer = is_distributed_parameter
+    # Pieces are computed on the batch of the whole TP group (SageMaker's "scaled batch" tensors).
+    is_scaled_batch_parameter = is_distributed_parameter
+    is_scaled_batch_buffer = is_distributed_parameter
+
+    def default_reducer_named_parameters(self) -> Iterator[Tuple[str, torch.nn.Parameter]]:
+        """The parameters averaged over the DP group (replicated across the TP group)."""
+        return ((n, p) for n, p in self.module.named_parameters() if not self.is_distributed_parameter(p))
+
+    def scaled_batch_reducer_named_parameters(self) -> Iterator[Tuple[str, torch.nn.Parameter]]:
+        """The tensor-parallel pieces, averaged over the RDP group."""
+        return ((n, p) for n, p in self.module.named_parameters() if self.is_distributed_parameter(p))
+
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         sd = dict(state_dict)
         partial = bool(sd.pop("_smp_is_partial", False))
         rt = self._smp.rt
+        s = require()
+        if not partial:
+            sd = TP.to_distributed_names(sd, self._smp.replaced, set(self.module.state_dict(keep_vars=True)))
+            if s.tp_size > 1:
+                sd = TP.own_pieces(self.module, sd, s.tp_rank, s.tp_size)
         if rt is None:
             if partial:
                 self._smp.partial_keys = set(sd)

@@ -41,6 +41,9 @@ from .grads import GradReducer
 from .state import _State
 
 
+_PIECE_ATTRS = ("_smp_distributed", "_smp_split_dim")
+
+
 def input_shapes(bound) -> tuple:
     """The shapes of a call's tensor arguments (the key of a size-specific graph)."""
     return tuple((k, tuple(v.shape)) for k, v in bound.items() if isinstance(v, torch.Tensor))
@@ -212,11 +215,14 @@ class ModelRuntime:
     def _distribute(self) -> None:
         s = self.s
         self._materialize()
-        if s.dp_size > 1:
+        if s.dp_size > 1:   # replicas start equal: tensor-parallel pieces over the RDP group, the rest over DP
             local = list(self.local_params)
             if self.model._smp.broadcast_buffers:
                 local += [b for n, b in self.buffer_by_name.items() if self.pl.owner[n] == self.me]
-            broadcast_from(local, s.dp_ranks[0], s.grad)
+            pieces = [t for t in local if getattr(t, "_smp_distributed", False)]
+            if pieces and s.rdp_size > 1:
+                broadcast_from(pieces, s.rdp_ranks[0], s.rdp_grad)
+            broadcast_from([t for t in local if not getattr(t, "_smp_distributed", False)], s.dp_ranks[0], s.grad)
         rep = [self.buffer_by_name[n] for n in self.pl.replicated]
         if rep and s.world_size > 1:
             broadcast_from(rep, 0, s.ctl)
@@ -253,7 +259,11 @@ class ModelRuntime:
         for mod in self.root.modules():
             for k, v in list(mod._parameters.items()):
                 if v is not None and id(v) in replaced:
-                    mod._parameters[k] = replaced[id(v)]
+                    new = replaced[id(v)]
+                    for attr in _PIECE_ATTRS:   # a tensor-parallel piece stays one
+                        if hasattr(v, attr):
+                            setattr(new, attr, getattr(v, attr))
+                    mod._parameters[k] = new
         for opt in self.s.optimizers:
             opt._smp_replace(replaced)
         old_local = self.local_ids

@@ -3,8 +3,11 @@
 PyTorch (``smp.save`` / ``smp.save_checkpoint``)::
 
     f"{f}_{pp_rank}"                         smp.save(obj, f, partial=True)
+    f"{f}_{pp_rank}_{tp_rank}"               (the same, with tensor parallelism)
     path/{tag}_partial/model_pp{r}.pt       each partition's local_state_dict
     path/{tag}_partial/optimizer_pp{r}.pt   each partition's optimizer state
+        (with tensor parallelism: ..._pp{r}_tp{t}.pt, one per piece; with
+        sharded optimizer state: optimizer_pp{r}_tp{t}_rdp{d}.pt, one per rank)
     path/{tag}_partial/user_content.pt
     path/{tag}_partial/meta.json            written last: marks it complete
     path/{tag}                              (partial=False) the whole model
@@ -29,17 +32,26 @@ NEWEST = "newest"
 USER_CONTENT = "user_content.pt"
 
 
-def save_file(f: str, pp_rank: int, partial: bool) -> str:
-    return f"{f}_{pp_rank}" if partial else f
+def save_file(f: str, pp_rank: int, partial: bool, tp_rank: Optional[int] = None) -> str:
+    if not partial:
+        return f
+    return f"{f}_{pp_rank}" if tp_rank is None else f"{f}_{pp_rank}_{tp_rank}"
 
 
 def partial_dir(path: str, tag: str) -> str:
     return os.path.join(path, f"{tag}_partial")
 
 
-def part_file(d: str, kind: str, pp_rank: int) -> str:
-    """A partial checkpoint's file of one partition: `kind` is "model" or "optimizer"."""
-    return os.path.join(d, f"{kind}_pp{pp_rank}.pt")
+def part_file(d: str, kind: str, pp_rank: int, tp_rank: Optional[int] = None,
+              rdp_rank: Optional[int] = None) -> str:
+    """A partial checkpoint's file of one partition (of one tensor-parallel piece of it, of one
+    rank's optimizer shard): `kind` is "model" or "optimizer"."""
+    name = f"{kind}_pp{pp_rank}"
+    if tp_rank is not None:
+        name += f"_tp{tp_rank}"
+    if rdp_rank is not None:
+        name += f"_rdp{rdp_rank}"
+    return os.path.join(d, name + ".pt")
 
 
 def full_file(path: str, kind: str, tag: str) -> str:
