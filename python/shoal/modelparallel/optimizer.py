@@ -30,6 +30,13 @@ the same on every rank whatever the partitioning, so partial states of any
 partitioning merge into a full one (checkpoint.py uses that to resume with a
 different number of partitions); the masters and the loss scale travel in
 ``state_dict()["_smp_fp16"]``.
+
+With ``shard_optimizer_state`` (and more than one data-parallel rank) the
+state, and the fp32 masters, are sharded over the data-parallel ranks
+(optimizer_shard.py): the optimizer object keeps the parameter groups and
+hyperparameters, an inner optimizer of the same class steps this rank's
+slices; ``local_state_dict()`` is the shard (gathered to rdp rank 0 with
+``gather_if_shard``), and ``state_dict()`` (the full state) is refused.
 """
 
 from __future__ import annotations
@@ -39,8 +46,11 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
+from ..mpcommon.errors import SMPValidationError
 from .clip import clip_grads_
 from .loss_scale import LossScaler
+from .optimizer_shard import ShardedState
+from .sharded_dp import clip_value
 from .state import require
 
 
@@ -70,6 +80,28 @@ class _DistributedMixin:
             return set(range(len(self._smp_params)))
         return {i for i, p in enumerate(self._smp_params) if id(p) in rt.local_ids}
 
+    def _smp_sharding(self) -> bool:
+        s = require()
+        return bool(s.cfg.shard_optimizer_state) and s.dp_size > 1
+
+    def _smp_sharded(self) -> Optional[ShardedState]:
+        """The sharded state, made once the model is partitioned (it lays out the reducer's buckets)."""
+        if not self._smp_sharding():
+            return None
+        s = require()
+        rt = s.model._smp.rt if s.model is not None else None
+        reducer = rt.reducer if rt is not None else None
+        if reducer is None or not reducer.sharded:
+            return None
+        shard = getattr(self, "_smp_shard", None)
+        if shard is None or shard.reducer is not reducer:
+            shard = self._smp_shard = ShardedState(self, reducer, s)
+            pending = getattr(self, "_smp_pending_shard", None)
+            if pending is not None:
+                shard.load(pending)
+                self._smp_pending_shard = None
+        return shard
+
     def _smp_prune(self) -> None:
         """After partitioning: drops the state of parameters this rank does not own, moves the rest
         to the partition's device, and (half precision) makes the local master weights."""
@@ -82,7 +114,9 @@ class _DistributedMixin:
                 for k, v in self.state[p].items():
                     if isinstance(v, torch.Tensor) and v.dim() > 0 and v.device != p.device:
                         self.state[p][k] = v.to(p.device)
-        if self._smp_half is not None:
+        if self._smp_sharding():
+            self._smp_sharded()
+        elif self._smp_half is not None:
             self._smp_make_masters(local)
 
     def _smp_replace(self, replaced: Dict[int, torch.nn.Parameter]) -> None:
@@ -134,7 +168,8 @@ class _DistributedMixin:
                 continue
             g = p.grad.detach().to(torch.float32)
             m.grad = g * inv if inv != 1.0 else g.clone()
-            bad += (~torch.isfinite(m.grad)).any().float()
+            local = m.grad.to_local() if hasattr(m.grad, "to_local") else m.grad    # FSDP's shards
+            bad += (~torch.isfinite(local)).any().float()
         if s.world_size > 1:
             dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=s.ctl)
         self.overflow = bool(bad.item() > 0)
@@ -143,18 +178,35 @@ class _DistributedMixin:
     def clip_master_grads(self, max_norm: float, norm_type: float = 2.0) -> float:
         """Clips the gradients the next step applies by their norm over every partition; returns
         the norm (-1.0 when the step overflowed and will be skipped)."""
+        self._smp_clipped = True
+        shard = self._smp_sharded()
+        if shard is not None:
+            return shard.clip(max_norm, norm_type)
         if self._smp_half is None:
             local = self._smp_local_positions()
-            grads = [p.grad for i, p in enumerate(self._smp_params) if p.grad is not None and i in local]
-            return float(clip_grads_(grads, max_norm, norm_type))
-        self._smp_prepare()
-        if self.overflow:
-            return -1.0
-        grads = [m.grad for _, m in self._smp_pairs() if m.grad is not None]
-        return float(clip_grads_(grads, max_norm, norm_type))
+            pairs = [(p, p) for i, p in enumerate(self._smp_params) if i in local]
+        else:
+            self._smp_prepare()
+            if self.overflow:
+                return -1.0
+            pairs = self._smp_pairs()
+        pairs = [(p, m) for p, m in pairs if m.grad is not None]
+        grads = [m.grad for p, m in pairs if not getattr(p, "_smp_distributed", False)]
+        tp = [m.grad for p, m in pairs if getattr(p, "_smp_distributed", False)]
+        return float(clip_grads_(grads, max_norm, norm_type, tp_grads=tp))
 
     def step(self, *args, **kwargs):
-        require().monitor.check()
+        s = require()
+        s.monitor.check()
+        bound = clip_value(s)          # sharded data parallelism: sdp_gradient_clipping
+        if bound > 0 and not getattr(self, "_smp_clipped", False):
+            self.clip_master_grads(bound)
+        self._smp_clipped = False
+        shard = self._smp_sharded()
+        if shard is not None:
+            out = shard.step(*args, **kwargs)
+            self.overflow = shard.overflow
+            return out
         if self._smp_half is None:
             self.overflow = False
             return super().step(*args, **kwargs)
@@ -182,8 +234,15 @@ class _DistributedMixin:
 
     # ------------------------------------------------------------- state
     def local_state_dict(self, gather_if_shard: bool = True) -> Dict[str, Any]:
-        """This partition's optimizer state (``gather_if_shard`` concerns sharded optimizer
-        state, which shoal does not shard: the state is this partition's either way)."""
+        """This partition's optimizer state; with shard_optimizer_state this rank's shard, and with
+        ``gather_if_shard`` (a collective of the RDP group) every shard of the RDP group on its rdp
+        rank 0 (``_smp_shards``)."""
+        if self._smp_sharding():
+            shard = self._smp_sharded()
+            if shard is None:
+                raise SMPValidationError("smp.DistributedOptimizer.local_state_dict: with shard_optimizer_state "
+                                         "the state exists once the model is partitioned (after the first step)")
+            return shard.local_state_dict(gather_if_shard)
         sd = super().state_dict()
         local = self._smp_local_positions()
         sd["state"] = {k: v for k, v in sd["state"].items() if k in local}
@@ -196,6 +255,11 @@ class _DistributedMixin:
 
     def state_dict(self) -> Dict[str, Any]:
         s = require()
+        if self._smp_sharding():
+            raise SMPValidationError(
+                "smp.DistributedOptimizer.state_dict: saving the full optimizer state is not supported with "
+                "shard_optimizer_state; save a partial one (local_state_dict(), or smp.save_checkpoint with "
+                "partial=True)")
         rt = s.model._smp.rt if s.model is not None else None
         local = self.local_state_dict()
         local.pop("_smp_is_partial")
@@ -215,6 +279,13 @@ class _DistributedMixin:
         return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        if self._smp_sharding():
+            shard = self._smp_sharded()
+            if shard is None:
+                self._smp_pending_shard = state_dict      # loaded once the model is partitioned
+            else:
+                shard.load(state_dict)
+            return
         sd = dict(state_dict)
         sd.pop("_smp_is_partial", None)
         fp16 = sd.pop("_smp_fp16", None)
