@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from . import graph as G
 from . import placement as P
+from . import sharded_dp
 from ..mpcommon import schedule as S
 from . import stages
 from . import tracing
@@ -184,6 +185,7 @@ class ModelRuntime:
             print(P.describe(root, pl, microbatch), flush=True)
         rt = cls(model, pl, s)
         rt._distribute()
+        sharded_dp.apply(rt)   # sharded_data_parallel_degree: FSDP2 units (the reducer skips their parameters)
         if s.dp_size > 1:    # after the parameters moved: its hooks and buckets live on them
             rt.reducer = GradReducer(rt.local_params, s.grad, model._smp.bucket_cap_mb * 2**20)
         return rt
