@@ -1,5 +1,11 @@
 """``smp.nn``: the SageMaker library's modules (``from smdistributed.modelparallel.torch.nn import ...``).
 
+The tensor-parallel modules (``DistributedModule`` and its subclasses
+``DistributedLinear``, ``DistributedEmbedding``, ``DistributedAttentionLayer``,
+``DistributedTransformerOutputLayer``, ``DistributedTransformerLayer``,
+``DistributedTransformer``, ``DistributedTransformerLMHead``) live in
+shoal.modelparallel.tp (see its docstring).
+
 ``FusedLayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True)`` has apex's
 signature and is an ``nn.LayerNorm`` (a subclass: same parameters ``weight``
 and ``bias``, same state_dict keys, ``isinstance(m, nn.LayerNorm)`` holds, so
@@ -18,7 +24,13 @@ from typing import List, Union
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FusedLayerNorm"]
+from ..tp import (DistributedAttentionLayer, DistributedEmbedding, DistributedLinear, DistributedModule,
+                  DistributedTransformer, DistributedTransformerLayer, DistributedTransformerLMHead,
+                  DistributedTransformerOutputLayer)
+
+__all__ = ["FusedLayerNorm", "DistributedModule", "DistributedLinear", "DistributedEmbedding",
+           "DistributedAttentionLayer", "DistributedTransformerOutputLayer", "DistributedTransformerLayer",
+           "DistributedTransformer", "DistributedTransformerLMHead"]
 
 
 class FusedLayerNorm(torch.nn.LayerNorm):
