@@ -39,15 +39,15 @@ HF_LAYER, SMP_LAYER = "layer.{}.", "seq_layers.{}."
 _HF_MARK, _SMP_MARK = "layer.0.attention.self.query.weight", "seq_layers.0.attention.query.weight"
 
 
-def encoder_to_smp(state_dict: Mapping[str, torch.Tensor], model: str = MODEL) -> StateDict:
+def encoder_to_smp(state_dict: Mapping[str, torch.Tensor], model: str = MODEL, shown: str = "") -> StateDict:
     """An encoder's state dict (``layer.<i>...``) in ``DistributedTransformer``'s naming."""
     return translate(state_dict, to_smp=True, what=f"{model} to smp", layer=LAYER, hf_layer=HF_LAYER,
-                     smp_layer=SMP_LAYER)
+                     smp_layer=SMP_LAYER, shown=shown)
 
 
-def encoder_to_hf(state_dict: Mapping[str, torch.Tensor], model: str = MODEL) -> StateDict:
+def encoder_to_hf(state_dict: Mapping[str, torch.Tensor], model: str = MODEL, shown: str = "") -> StateDict:
     return translate(state_dict, to_smp=False, what=f"{model} to Hugging Face", layer=LAYER, hf_layer=HF_LAYER,
-                     smp_layer=SMP_LAYER)
+                     smp_layer=SMP_LAYER, shown=shown)
 
 
 def whole_to_smp(state_dict: Mapping[str, Any], model: str = MODEL) -> Dict[str, Any]:
@@ -58,7 +58,7 @@ def whole_to_smp(state_dict: Mapping[str, Any], model: str = MODEL) -> Dict[str,
         inner, out = sub_dict(out, p)
         mine = {k: v for k, v in inner.items() if k.startswith("layer.")}
         out.update(with_prefix({k: v for k, v in inner.items() if k not in mine}, p))
-        out.update(with_prefix(encoder_to_smp(mine, model), p))
+        out.update(with_prefix(encoder_to_smp(mine, model, p), p))
     return out
 
 
@@ -68,7 +68,7 @@ def whole_to_hf(state_dict: Mapping[str, Any], model: str = MODEL) -> Dict[str, 
         inner, out = sub_dict(out, p)
         mine = {k: v for k, v in inner.items() if k.startswith("seq_layers.")}
         out.update(with_prefix({k: v for k, v in inner.items() if k not in mine}, p))
-        out.update(with_prefix(encoder_to_hf(mine, model), p))
+        out.update(with_prefix(encoder_to_hf(mine, model, p), p))
     return out
 
 

@@ -100,34 +100,36 @@ def _backward(rule: Rule, parts: List[torch.Tensor]) -> torch.Tensor:
     return tensor.t().contiguous() if rule.transpose else tensor
 
 
-def layer_indices(keys: Iterable[str], prefix: str, what: str) -> List[int]:
+def layer_indices(keys: Iterable[str], prefix: str, what: str, shown: str = "") -> List[int]:
     """The layer indices under `prefix` (a format string with one ``{}``), checked to be 0..L-1."""
     pattern = re.compile(re.escape(prefix).replace(r"\{\}", r"(\d+)"))
     found = sorted({int(m.group(1)) for k in keys for m in [pattern.match(k)] if m})
     if found != list(range(len(found))):
-        raise SMPValidationError(f"{what}: layers {found} under '{prefix.format('<i>')}' are not 0..{len(found) - 1}")
+        raise SMPValidationError(f"{what}: layers {found} under '{shown}{prefix.format('<i>')}' are not "
+                                 f"0..{len(found) - 1}")
     return found
 
 
 def translate(state_dict: Mapping[str, torch.Tensor], *, to_smp: bool, what: str,
               top: Sequence[Rule] = (), layer: Sequence[Rule] = (), hf_layer: str = "", smp_layer: str = "",
-              keep: Callable[[str], bool] = lambda k: False) -> StateDict:
+              keep: Callable[[str], bool] = lambda k: False, shown: str = "") -> StateDict:
     """Renames `state_dict` by the rules, towards SMP (`to_smp`) or towards Hugging Face.
 
     `top` rules apply once; `layer` rules once per layer, with the names prefixed by `hf_layer` /
     `smp_layer` (format strings with the layer index). Keys for which `keep(key)` holds pass
-    through unchanged. Anything else left over is an unexpected key."""
+    through unchanged. Anything else left over is an unexpected key. Errors name the keys with
+    `shown` before them (where the state dict sits in the caller's)."""
     src = dict(state_dict)
     src_layer, dst_layer = (hf_layer, smp_layer) if to_smp else (smp_layer, hf_layer)
     rules: List[Tuple[Rule, str, str]] = [(r, "", "") for r in top]
     if layer:
-        for i in layer_indices(src, src_layer, what):
+        for i in layer_indices(src, src_layer, what, shown):
             rules += [(r, hf_layer.format(i), smp_layer.format(i)) for r in layer]
     out: StateDict = {}
 
     def take(key: str) -> torch.Tensor:
         if key not in src:
-            raise SMPValidationError(f"{what}: the state dict has no '{key}'")
+            raise SMPValidationError(f"{what}: the state dict has no '{shown}{key}'")
         return src.pop(key)
 
     for rule, hp, sp in rules:
@@ -143,7 +145,7 @@ def translate(state_dict: Mapping[str, torch.Tensor], *, to_smp: bool, what: str
             out[k] = src.pop(k)
     if src:
         raise SMPValidationError(f"{what}: unexpected key{'s' if len(src) > 1 else ''} "
-                                 f"{', '.join(repr(k) for k in sorted(src))}")
+                                 f"{', '.join(repr(shown + k) for k in sorted(src))}")
     return out
 
 
@@ -285,34 +287,35 @@ class CausalLM:
     hf_layer: str = "h.{}."
     smp_layer: str = "transformer.seq_layers.{}."
 
-    def body_to_smp(self, state_dict: Mapping[str, torch.Tensor]) -> StateDict:
+    def body_to_smp(self, state_dict: Mapping[str, torch.Tensor], shown: str = "") -> StateDict:
         sd = {k: v for k, v in state_dict.items() if not any(k.endswith("." + d) for d in self.dropped)}
         return translate(sd, to_smp=True, what=f"{self.model} to smp", top=self.top, layer=self.layer,
-                         hf_layer=self.hf_layer, smp_layer=self.smp_layer)
+                         hf_layer=self.hf_layer, smp_layer=self.smp_layer, shown=shown)
 
-    def body_to_hf(self, state_dict: Mapping[str, torch.Tensor]) -> StateDict:
+    def body_to_hf(self, state_dict: Mapping[str, torch.Tensor], shown: str = "") -> StateDict:
         return translate(state_dict, to_smp=False, what=f"{self.model} to Hugging Face", top=self.top,
-                         layer=self.layer, hf_layer=self.hf_layer, smp_layer=self.smp_layer)
+                         layer=self.layer, hf_layer=self.hf_layer, smp_layer=self.smp_layer, shown=shown)
 
-    def lm_to_smp(self, state_dict: Mapping[str, torch.Tensor]) -> StateDict:
+    def lm_to_smp(self, state_dict: Mapping[str, torch.Tensor], shown: str = "") -> StateDict:
         body, rest = sub_dict(state_dict, "transformer.")
         if self.head:
-            head = translate(rest, to_smp=True, what=f"{self.model} to smp", top=self.head)
+            head = translate(rest, to_smp=True, what=f"{self.model} to smp", top=self.head, shown=shown)
         else:
-            _drop_tied(rest, body, self.model)
+            _drop_tied(rest, body, self.model, shown)
             if rest:
                 raise SMPValidationError(f"{self.model} to smp: unexpected key{'s' if len(rest) > 1 else ''} "
-                                         f"{', '.join(repr(k) for k in sorted(rest))}")
+                                         f"{', '.join(repr(shown + k) for k in sorted(rest))}")
             head = {}
-        return {**self.body_to_smp(body), **head}
+        return {**self.body_to_smp(body, shown + "transformer."), **head}
 
-    def lm_to_hf(self, state_dict: Mapping[str, torch.Tensor]) -> StateDict:
+    def lm_to_hf(self, state_dict: Mapping[str, torch.Tensor], shown: str = "") -> StateDict:
         head_keys = {s for r in self.head for s in r.smp}
         head = {k: v for k, v in state_dict.items() if k in head_keys}
         body = {k: v for k, v in state_dict.items() if k not in head_keys}
-        out = with_prefix(self.body_to_hf(body), "transformer.")
+        out = with_prefix(self.body_to_hf(body, shown), "transformer.")
         if self.head:
-            out.update(translate(head, to_smp=False, what=f"{self.model} to Hugging Face", top=self.head))
+            out.update(translate(head, to_smp=False, what=f"{self.model} to Hugging Face", top=self.head,
+                                 shown=shown))
         else:
             out["lm_head.weight"] = out["transformer.wte.weight"]
         return out
@@ -328,10 +331,10 @@ class CausalLM:
                 inner, out = sub_dict(out, root)
                 mine = {k: v for k, v in inner.items() if k.startswith(("transformer.", "lm_head."))}
                 out.update(with_prefix({k: v for k, v in inner.items() if k not in mine}, root))
-                out.update(with_prefix(self.lm_to_smp(mine), root))
+                out.update(with_prefix(self.lm_to_smp(mine, root), root))
             else:
                 inner, out = sub_dict(out, p)
-                out.update(with_prefix(self.body_to_smp(inner), p))
+                out.update(with_prefix(self.body_to_smp(inner, p), p))
         return out
 
     def whole_to_hf(self, state_dict: Mapping[str, Any], lm_head: bool = True) -> Dict[str, Any]:
@@ -344,20 +347,20 @@ class CausalLM:
             mine = {k: v for k, v in inner.items()
                     if k.startswith(("word_embedding.", "position_embedding.", "transformer.")) or k in head_keys}
             out.update(with_prefix({k: v for k, v in inner.items() if k not in mine}, p))
-            out.update(with_prefix(self.lm_to_hf(mine) if lm_head else self.body_to_hf(mine), p))
+            out.update(with_prefix(self.lm_to_hf(mine, p) if lm_head else self.body_to_hf(mine, p), p))
         return out
 
 
-def _drop_tied(rest: Dict[str, torch.Tensor], body: Mapping[str, torch.Tensor], model: str) -> None:
+def _drop_tied(rest: Dict[str, torch.Tensor], body: Mapping[str, torch.Tensor], model: str, shown: str) -> None:
     """Drops the causal LM's ``lm_head.weight``, which must be the body's ``wte.weight``."""
+    head, wte = f"'{shown}lm_head.weight'", f"'{shown}transformer.wte.weight'"
     if "lm_head.weight" not in rest:
-        raise SMPValidationError(f"{model} to smp: the state dict has no 'lm_head.weight'")
+        raise SMPValidationError(f"{model} to smp: the state dict has no {head}")
     if "wte.weight" not in body:
-        raise SMPValidationError(f"{model} to smp: the state dict has no 'transformer.wte.weight'")
+        raise SMPValidationError(f"{model} to smp: the state dict has no {wte}")
     if not torch.equal(rest.pop("lm_head.weight"), body["wte.weight"]):
-        raise SMPUnsupportedError(f"{model} to smp: 'lm_head.weight' differs from 'transformer.wte.weight'; the "
-                                  f"distributed LM head is tied to the word embedding, so an untied head cannot "
-                                  f"be translated")
+        raise SMPUnsupportedError(f"{model} to smp: {head} differs from {wte}; the distributed LM head is tied to "
+                                  f"the word embedding, so an untied head cannot be translated")
 
 
 def lm_output(output_class: type) -> Callable[[Any], Any]:
