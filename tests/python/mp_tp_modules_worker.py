@@ -5,9 +5,9 @@ Usage: mp_tp_modules_worker.py SUITE, with SUITE one of
 - parity: every module at tp 2 against the same module built at tp 1 with the
   same seed (float64): outputs, input gradients and the full (gathered)
   parameter gradients, in both batch modes;
-- hf: the LM head and the transformers of the Hugging Face families against
-  transformers' own GPT-2, GPT-Neo and GPT-J (weights copied in with
-  shards.load_full, read back with shards.gather_full); half precision runs;
+- hf: the LM head configured as the Hugging Face families against
+  transformers' own GPT-2, GPT-Neo and GPT-J causal LMs (weights copied in
+  with shards.load_full, read back with shards.gather_full); half precision;
 - errors: bad constructor arguments raise on every rank, naming the argument
   and the rank, and send nothing;
 - smp: the modules on the TP group of smp.init({"tensor_parallel_degree": 2}).
@@ -214,6 +214,14 @@ def lm_head_bert_style():
         use_normal_initialization=True, initializer_range=0.2)
 
 
+def lm_head_gptj_style():
+    return smp_nn.DistributedTransformerLMHead(
+        num_layers=2, **LAYER, vocab_size=V, num_positions=0, causal_mask_size=S, activation="gelu_new",
+        pre_layernorm=True, post_layernorm=True, parallel_attn_output=True, rotary_dim=4, use_qkv_bias=False,
+        use_dense_bias=False, tie_lm_head=False, lm_head_bias=True, use_normal_initialization=True,
+        initializer_range=0.2, shift_labels=True)
+
+
 def suite_parity(c, group):
     torch.set_default_dtype(torch.float64)
     for prescaled in (False, True):
@@ -222,6 +230,7 @@ def suite_parity(c, group):
             c.run(name, parity, make, inputs, run, group, prescaled, diff)
         c.run("lm_head_gpt2_style", lm_head_parity, lm_head_gpt2_style, group, prescaled)
         c.run("lm_head_bert_style", lm_head_parity, lm_head_bert_style, group, prescaled)
+        c.run("lm_head_gptj_style", lm_head_parity, lm_head_gptj_style, group, prescaled)
 
 
 # ------------------------------------------------------------------------------------------------ hf
@@ -292,30 +301,38 @@ def hf_gpt2(group, prescaled):
                    for p in half.parameters()), dtype
 
 
-def hf_transformer(kind, group, prescaled):
-    """GPT-Neo's / GPT-J's blocks and final layer norm against DistributedTransformer."""
+def hf_causal_lm(kind, group, prescaled):
+    """GPTNeoForCausalLM (local attention, unscaled scores, tied head) and GPTJForCausalLM (parallel
+    blocks, rotary, no position embedding, its own LM head with a bias) against the LM head."""
     import transformers as T
     torch.manual_seed(0)
-    common = dict(hidden_size=H, num_heads=HEADS, intermediate_size=I, max_position_embeddings=S,
-                  embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0, attn_implementation="eager")
     if kind == "gptneo":
-        hf = T.GPTNeoModel(T.GPTNeoConfig(num_layers=3, attention_types=[[["global", "local", "local"], 1]],
-                                          window_size=3, vocab_size=V, **common)).eval()
-        ext = dict(attention_layers=["global", "local", "local"], window_size=3, use_qkv_bias=False,
-                   scale_attention_scores=False)
-        blocks, n = hf.h, 3
+        hf = T.GPTNeoForCausalLM(T.GPTNeoConfig(
+            num_layers=3, attention_types=[[["global", "local", "local"], 1]], window_size=3, vocab_size=V,
+            hidden_size=H, num_heads=HEADS, intermediate_size=I, max_position_embeddings=S, embed_dropout=0.0,
+            attention_dropout=0.0, resid_dropout=0.0, bos_token_id=0, eos_token_id=0,
+            attn_implementation="eager")).eval()
+        ext = dict(num_layers=3, num_positions=S, attention_layers=["global", "local", "local"], window_size=3,
+                   use_qkv_bias=False, scale_attention_scores=False)
     else:
-        hf = T.GPTJModel(T.GPTJConfig(n_layer=2, n_embd=H, n_head=HEADS, n_inner=I, rotary_dim=4, vocab_size=V,
-                                      n_positions=S, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                      attn_implementation="eager")).eval()
-        ext = dict(parallel_attn_output=True, rotary_dim=4, use_qkv_bias=False, use_dense_bias=False)
-        blocks, n = hf.h, 2
-    mod = build(lambda: smp_nn.DistributedTransformer(
-        n, **LAYER, causal_mask_size=S, activation="gelu_new", pre_layernorm=True, post_layernorm=True,
-        **ext), group, prescaled)
-    full = {"layernorm.weight": hf.ln_f.weight, "layernorm.bias": hf.ln_f.bias}
-    for i, blk in enumerate(blocks):
-        q = f"seq_layers.{i}."
+        hf = T.GPTJForCausalLM(T.GPTJConfig(
+            n_layer=2, n_embd=H, n_head=HEADS, n_inner=I, rotary_dim=4, vocab_size=V, n_positions=S,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+            attn_implementation="eager")).eval()
+        ext = dict(num_layers=2, num_positions=0, parallel_attn_output=True, rotary_dim=4, use_qkv_bias=False,
+                   use_dense_bias=False, tie_lm_head=False, lm_head_bias=True)
+    mod = build(lambda: smp_nn.DistributedTransformerLMHead(
+        **LAYER, vocab_size=V, causal_mask_size=S, activation="gelu_new", pre_layernorm=True,
+        post_layernorm=True, shift_labels=True, **ext), group, prescaled)
+    body = hf.transformer
+    full = {"word_embedding.weight": body.wte.weight, "transformer.layernorm.weight": body.ln_f.weight,
+            "transformer.layernorm.bias": body.ln_f.bias}
+    if kind == "gptneo":
+        full["position_embedding.weight"] = body.wpe.weight
+    else:
+        full["lm_head_weight"], full["lm_head_bias"] = hf.lm_head.weight, hf.lm_head.bias
+    for i, blk in enumerate(body.h):
+        q = f"transformer.seq_layers.{i}."
         att = blk.attn.attention if kind == "gptneo" else blk.attn
         lins = {"query": att.q_proj, "key": att.k_proj, "value": att.v_proj, "dense": att.out_proj}
         mlp = {"dense1": blk.mlp.c_fc, "dense2": blk.mlp.c_proj} if kind == "gptneo" else \
@@ -331,21 +348,25 @@ def hf_transformer(kind, group, prescaled):
             full[q + "output.pre_layernorm.weight"], full[q + "output.pre_layernorm.bias"] = \
                 blk.ln_2.weight, blk.ln_2.bias
     shards.load_full(mod, {k: v.detach() for k, v in full.items()})
-    emb = own(rand(WS * B, S, H, seed=31).float(), prescaled)
+    g = torch.Generator().manual_seed(22)
+    ids = torch.randint(0, V, (WS * B, S), generator=g)
+    keep = torch.ones(WS * B, S, dtype=torch.long)
+    keep[-1, -2:] = 0
+    labels = ids.masked_fill(keep == 0, -100)
+    ids, keep, labels = own(ids, prescaled), own(keep, prescaled), own(labels, prescaled)
     with torch.no_grad():
-        want = hf(inputs_embeds=emb).last_hidden_state
-        x = emb + hf.wpe(torch.arange(S)) if kind == "gptneo" else emb
-        got, mask = mod((x, None))
-    assert mask is None
-    close(got, want, f"{kind} hidden states", 1e-5)
+        want = hf(input_ids=ids, attention_mask=keep, labels=labels)
+        loss, logits = mod((ids, 1 - keep, None, None, labels))
+    close(loss, want.loss, f"{kind} loss", 1e-5)
+    close(logits, want.logits, f"{kind} logits", 1e-5)
 
 
 def suite_hf(c, group):
     for prescaled in (False, True):
         c.prefix = f"prescaled={prescaled}:"
         c.run("gpt2_lm_head", hf_gpt2, group, prescaled)
-        c.run("gptneo_transformer", hf_transformer, "gptneo", group, prescaled)
-        c.run("gptj_transformer", hf_transformer, "gptj", group, prescaled)
+        c.run("gptneo_causal_lm", hf_causal_lm, "gptneo", group, prescaled)
+        c.run("gptj_causal_lm", hf_causal_lm, "gptj", group, prescaled)
 
 
 # -------------------------------------------------------------------------------------------- errors

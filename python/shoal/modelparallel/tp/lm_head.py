@@ -1,12 +1,14 @@
 """``smp.nn.DistributedTransformerLMHead``: embeddings, a DistributedTransformer and a tied LM head.
 
 Modules: ``word_embedding`` (vocabulary-parallel, ``weight [V/tp, H]`` split
-dim 0), ``position_embedding`` (an ``nn.Embedding``, replicated),
+dim 0), ``position_embedding`` (an ``nn.Embedding``, replicated; none with
+``num_positions=0``, e.g. GPT-J whose positions are rotary),
 ``token_type_embedding`` (with ``num_token_types`` > 0, replicated),
 ``embedding_dropout``, ``transformer`` (its layers are
 ``transformer.seq_layers``). The LM head is the word embedding's weight (no
-parameter of its own), plus a vocabulary-parallel ``lm_head_bias [V/tp]``
-with ``lm_head_bias=True``.
+parameter of its own), or with ``tie_lm_head=False`` a vocabulary-parallel
+``lm_head_weight [V/tp, H]`` (split dim 0); ``lm_head_bias=True`` adds a
+vocabulary-parallel ``lm_head_bias [V/tp]``.
 
 The logits stay vocabulary-parallel (``[tp*B, S, V/tp]`` on each rank in the
 own-batch mode) for the loss: a vocabulary-parallel cross entropy
@@ -42,7 +44,8 @@ class DistributedTransformerLMHead(DistributedModule):
 
     ``input_ids [N, S]``; ``attention_mask`` (and ``cross_mask``) 0-1 ``[N, S]`` with 1 at
     MASKED positions, or None; ``token_type_ids``/``position_ids`` ``[N, S]`` or None
-    (positions 0..S-1); ``labels [N, S]`` or None, -100 ignored.
+    (positions 0..S-1; not read with ``num_positions=0``); ``labels [N, S]`` or None, -100
+    ignored.
 
     Returns, with ``add_lm_head`` (the default), the tuple ``(loss, logits)``: ``loss`` the mean
     float32 cross entropy over this rank's labelled tokens (None without labels), ``logits``
@@ -55,27 +58,33 @@ class DistributedTransformerLMHead(DistributedModule):
                  activation: str = "gelu", layernorm_epsilon: float = 1e-5, num_token_types: int = 0,
                  causal_mask_size: Optional[int] = None, add_cross_attention: bool = False, add_lm_head: bool = True,
                  initializer_range: float = 0.02, use_normal_initialization: bool = False,
-                 pre_layernorm: bool = False, post_layernorm: bool = True, *, lm_head_bias: bool = False,
-                 shift_labels: bool = False, return_logits: bool = True, **extensions):
+                 pre_layernorm: bool = False, post_layernorm: bool = True, *, tie_lm_head: bool = True,
+                 lm_head_bias: bool = False, shift_labels: bool = False, return_logits: bool = True,
+                 **extensions):
         super().__init__()
         o = O.make(type(self).__name__, dict(locals()), extensions)
-        if vocab_size <= 0:
-            raise self._error(f"vocab_size {vocab_size} must be positive")
+        if vocab_size <= 0 or num_positions < 0:
+            raise self._error(f"vocab_size {vocab_size} must be positive and num_positions {num_positions} "
+                              f"not negative")
         self._check_divisible("vocab_size", vocab_size)
         O.check_attention(self, O.Options(**o.kwargs(attention_layers=None, parallel_attn_output=False)))
         O.check_output(self, o)
         self.opts = o
         self.vocab_size, self.num_positions, self.num_token_types = vocab_size, num_positions, num_token_types
         self.add_lm_head, self.shift_labels, self.return_logits = add_lm_head, shift_labels, return_logits
+        self.tie_lm_head = tie_lm_head
         std = o.init_std
         self.word_embedding = VocabParallelEmbedding(vocab_size, hidden_size, std)
-        self.position_embedding = torch.nn.Embedding(num_positions, hidden_size)
-        self._redraw(self.position_embedding.weight, std)
+        if num_positions > 0:
+            self.position_embedding = torch.nn.Embedding(num_positions, hidden_size)
+            self._redraw(self.position_embedding.weight, std)
         if num_token_types > 0:
             self.token_type_embedding = torch.nn.Embedding(num_token_types, hidden_size)
             self._redraw(self.token_type_embedding.weight, std)
         self.embedding_dropout = torch.nn.Dropout(hidden_dropout_prob)
         self.transformer = DistributedTransformer(num_layers, **o.kwargs())
+        if add_lm_head and not tie_lm_head:
+            self._new_param("lm_head_weight", (vocab_size, hidden_size), 0, tp_init.linear_weight(std))
         if add_lm_head and lm_head_bias:
             self._new_param("lm_head_bias", (vocab_size,), 0, tp_init.zeros)
         else:
@@ -96,9 +105,11 @@ class DistributedTransformerLMHead(DistributedModule):
         else:
             input_ids, attention_mask, token_type_ids, position_ids, labels = inputs
         env = self.tp_env
-        if position_ids is None:
-            position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
-        h = self.word_embedding(ops.enter_side(input_ids, env)) + self.position_embedding(position_ids)
+        h = self.word_embedding(ops.enter_side(input_ids, env))
+        if self.num_positions > 0:
+            if position_ids is None:
+                position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
+            h = h + self.position_embedding(position_ids)
         if token_type_ids is not None and self.num_token_types > 0:
             h = h + self.token_type_embedding(token_type_ids)
         h = self.embedding_dropout(h)
@@ -110,7 +121,8 @@ class DistributedTransformerLMHead(DistributedModule):
         h = out[0]
         if not self.add_lm_head:
             return h
-        logits = F.linear(ops.enter_region(h, env), self.word_embedding.weight, self.lm_head_bias)
+        head = self.word_embedding.weight if self.tie_lm_head else self.lm_head_weight
+        logits = F.linear(ops.enter_region(h, env), head, self.lm_head_bias)
         loss = None if labels is None else self._loss(logits, labels)
         full = ops.own_rows(ops.gather_dim(logits, env, -1), env) if self.return_logits else None
         return loss, full
