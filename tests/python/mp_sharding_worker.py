@@ -256,11 +256,7 @@ def tp_rule(c):
 
     def train_marked(shard):
         """Chain with its block weights marked distributed: sharded and unsharded runs agree."""
-        def mark(run):
-            for n, p in run.net.named_parameters():
-                if n.startswith("blocks.") and n.endswith("weight"):
-                    p._smp_distributed, p._smp_split_dim = True, 0
-            return run
+        mark = mark_blocks
         cfg = {"partitions": 1, "ddp": True, "tensor_parallel_degree": 2}
         data = batches(5)
         plain = mark(Run(cfg, adam)).train(data, clip=0.3)
@@ -318,7 +314,50 @@ def sdp(c):
           {"partitions": 1, "ddp": True, "sharded_data_parallel_degree": 3}, ["3", "divide"])
 
 
-SUITES = {"zero1": zero1, "zero1_pipeline": zero1_pipeline, "tp_rule": tp_rule, "sdp": sdp}
+def mark_blocks(run):
+    """Chain's block weights marked as tensor-parallel pieces (split by hand, see the module docstring)."""
+    for n, p in run.net.named_parameters():
+        if n.startswith("blocks.") and n.endswith("weight"):
+            p._smp_distributed, p._smp_split_dim = True, 0
+    return run
+
+
+def sdp_world4(c):
+    """World 4: sdp 2 inside rdp 4 (HSDP, a (replicate, shard) mesh) against plain DP 4; and tp 2 x
+    sdp 2 with marked parameters against tp 2 with the reducer (FSDP's RDP average completed)."""
+    data = batches(4)
+    extra = {"sdp_param_persistence_threshold": 16, "sdp_gradient_clipping": 0.3}
+
+    def against(cfg, mark):
+        plain = Run(cfg, adam)
+        if mark:
+            mark_blocks(plain)
+        for x, y in data:
+            plain.opt.zero_grad()
+            plain.losses.append(plain.step_fn(plain.model, x, y).reduce_mean().item())
+            plain.opt.clip_master_grads(0.3)
+            plain.opt.step()
+            plain.sched.step()
+        sh = Run({**cfg, "sharded_data_parallel_degree": 2, **extra}, adam)
+        if mark:
+            mark_blocks(sh)
+        sh.train(data)
+        close(sh.losses, plain.losses, "losses")
+        pl = plain.params()
+        for n, p in sh.net.named_parameters():
+            whole = p.full_tensor() if hasattr(p, "full_tensor") else p
+            close(whole.detach(), pl[n], n)
+        return sh
+    def hsdp():
+        sh = against({"partitions": 1, "ddp": True}, False)
+        p = next(p for p in sh.net.parameters() if hasattr(p, "placements"))
+        assert p.device_mesh.mesh_dim_names == ("replicate", "shard"), p.device_mesh
+    c.run("sdp 2 in rdp 4 (HSDP) equals plain DP", hsdp)
+    c.run("tp 2 x sdp 2 equals tp 2 (marked params)", against,
+          {"partitions": 1, "ddp": True, "tensor_parallel_degree": 2}, True)
+
+
+SUITES = {"zero1": zero1, "zero1_pipeline": zero1_pipeline, "tp_rule": tp_rule, "sdp": sdp, "sdp_world4": sdp_world4}
 
 
 def main():

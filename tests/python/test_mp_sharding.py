@@ -13,6 +13,7 @@ WORKER = HERE / "mp_sharding_worker.py"
     ("zero1_pipeline", 4, 1),  # pp 2 x dp 2 with clipping
     ("tp_rule", 4, 5),         # the tp gradient rule (all-reduce, both divisors, reduce-scatter), tp training
     ("sdp", 2, 3),             # sharded data parallelism (FSDP2) against plain DP, config refusals
+    ("sdp_world4", 4, 2),      # HSDP (sdp 2 in rdp 4) and tp 2 x sdp 2 against the unsharded runs
 ])
 def test_sharding_job(suite, world, checks):
     passed = assert_all_passed(run_job(suite, world, worker=WORKER, timeout=400))
