@@ -257,3 +257,13 @@ def test_every_form_of_the_encoder_mask_gives_the_same_key_mask():
     for form in forms:
         assert torch.equal(common.additive_key_mask(form, h, "BERT"), want)
     assert torch.equal(common.additive_key_mask(None, h, "BERT"), torch.zeros(3, 1, 1, S))
+
+
+# ---------------------------------------------------------------- tp 2, through smp.DistributedModel
+
+def test_tensor_parallel_job_gives_the_hugging_face_loss_and_logits():
+    """GPT-2 (built in smp.tensor_parallelism()) and BERT's encoder (smp.set_tensor_parallelism)
+    over 2 tensor-parallel ranks: each rank's loss and logits are the plain model's on its rows,
+    and the state dict comes back in Hugging Face's names unchanged (mp_tp_hf_worker.py)."""
+    passed = assert_all_passed(run_job("tp2", 2, worker=HERE / "mp_tp_hf_worker.py", timeout=300))
+    assert len(passed) == 2, passed
