@@ -32,6 +32,7 @@ import dataclasses
 import importlib
 from typing import List
 
+from ... import nn as _smp_nn   # the package of the smp.nn.Distributed* classes (read when called)
 from .common import TPMapping
 
 __all__ = ["TPMapping", "mappings", "FAMILIES"]
@@ -45,7 +46,6 @@ def mappings() -> List[TPMapping]:
     ``dist_class_name``). A family whose classes or distributed module are missing is left out."""
     import transformers
 
-    nn = importlib.import_module(__name__.rsplit(".", 1)[0])
     found: List[TPMapping] = []
     for name in FAMILIES:
         family = importlib.import_module(f"{__name__}.{name}")
@@ -54,7 +54,7 @@ def mappings() -> List[TPMapping]:
         except (AttributeError, ImportError):
             continue      # a transformers version without this model
         for m in records:
-            dist = getattr(nn, m.dist_class_name, None)
+            dist = getattr(_smp_nn, m.dist_class_name, None)
             if dist is not None:
                 found.append(dataclasses.replace(m, dist_class=dist))
     return found

@@ -23,7 +23,7 @@ import torch
 
 from ....mpcommon.errors import SMPUnsupportedError
 from . import common as C
-from .common import Rule, StateDict, layernorm, linear, prefixes_of, sub_dict, translate, with_prefix
+from .common import StateDict, layernorm, linear, prefixes_of, sub_dict, translate, with_prefix
 
 MODEL = "BERT"
 

@@ -112,13 +112,13 @@ def layer_indices(keys: Iterable[str], prefix: str, what: str, shown: str = "") 
 
 def translate(state_dict: Mapping[str, torch.Tensor], *, to_smp: bool, what: str,
               top: Sequence[Rule] = (), layer: Sequence[Rule] = (), hf_layer: str = "", smp_layer: str = "",
-              keep: Callable[[str], bool] = lambda k: False, shown: str = "") -> StateDict:
+              shown: str = "") -> StateDict:
     """Renames `state_dict` by the rules, towards SMP (`to_smp`) or towards Hugging Face.
 
     `top` rules apply once; `layer` rules once per layer, with the names prefixed by `hf_layer` /
-    `smp_layer` (format strings with the layer index). Keys for which `keep(key)` holds pass
-    through unchanged. Anything else left over is an unexpected key. Errors name the keys with
-    `shown` before them (where the state dict sits in the caller's)."""
+    `smp_layer` (format strings with the layer index). A key no rule consumes is an unexpected
+    key. Errors name the keys with `shown` before them (where the state dict sits in the
+    caller's)."""
     src = dict(state_dict)
     src_layer, dst_layer = (hf_layer, smp_layer) if to_smp else (smp_layer, hf_layer)
     rules: List[Tuple[Rule, str, str]] = [(r, "", "") for r in top]
@@ -140,9 +140,6 @@ def translate(state_dict: Mapping[str, torch.Tensor], *, to_smp: bool, what: str
                 out[k] = t
         else:
             out[hf_key] = _backward(rule, [take(k) for k in smp_keys])
-    for k in list(src):
-        if keep(k):
-            out[k] = src.pop(k)
     if src:
         raise SMPValidationError(f"{what}: unexpected key{'s' if len(src) > 1 else ''} "
                                  f"{', '.join(repr(shown + k) for k in sorted(src))}")
