@@ -120,7 +120,7 @@ def translate(state_dict: Mapping[str, torch.Tensor], *, to_smp: bool, what: str
     key. Errors name the keys with `shown` before them (where the state dict sits in the
     caller's)."""
     src = dict(state_dict)
-    src_layer, dst_layer = (hf_layer, smp_layer) if to_smp else (smp_layer, hf_layer)
+    src_layer = hf_layer if to_smp else smp_layer
     rules: List[Tuple[Rule, str, str]] = [(r, "", "") for r in top]
     if layer:
         for i in layer_indices(src, src_layer, what, shown):
