@@ -12,7 +12,6 @@ import tempfile
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import mp_models as M
 import shoal.modelparallel as smp

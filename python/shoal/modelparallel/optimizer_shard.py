@@ -36,7 +36,7 @@ layout must match (same model, degrees and bucket size).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 import torch.distributed as dist
