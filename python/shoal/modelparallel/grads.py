@@ -133,7 +133,7 @@ class GradReducer:
         self.route_rep = dataclasses.replace(rep, group=group)
         self.route_tp = tpd if tpd.distributed else self.route_rep
         self.tp = (s.tpg, s.tp_size, bool(s.cfg.prescaled_batch)) if s.tp_size > 1 else None
-        self.sharded = bool(s.cfg.shard_optimizer_state)
+        self.sharded = bool(s.cfg.shard_optimizer_state) and s.cfg.sharded_data_parallel_degree == 1
         self.reductions = 0           # sharded: reductions into the shards so far (optimizer_shard.py)
         self.layouts: Dict[tuple, Tuple[List[_Bucket], Dict[int, int]]] = {}
         self.buckets: List[_Bucket] = []

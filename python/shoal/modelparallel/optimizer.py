@@ -81,8 +81,8 @@ class _DistributedMixin:
         return {i for i, p in enumerate(self._smp_params) if id(p) in rt.local_ids}
 
     def _smp_sharding(self) -> bool:
-        s = require()
-        return bool(s.cfg.shard_optimizer_state) and s.dp_size > 1
+        s = require()     # (under sharded data parallelism FSDP's DTensor parameters shard the state already)
+        return bool(s.cfg.shard_optimizer_state) and s.dp_size > 1 and s.cfg.sharded_data_parallel_degree == 1
 
     def _smp_sharded(self) -> Optional[ShardedState]:
         """The sharded state, made once the model is partitioned (it lays out the reducer's buckets)."""
