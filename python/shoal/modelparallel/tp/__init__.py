@@ -11,6 +11,12 @@ attention, transformer (output layer, layer, transformer), lm_head, shards
 Distributed tensors carry ``_smp_distributed = True`` and
 ``_smp_split_dim``; the rest of a distributed module's parameters are
 replicated over the TP group.
+
+Dropout: the attention-probability dropout runs inside the region (on the
+gathered batch, this rank's heads), so with dropout > 0 a tp > 1 model draws
+other masks than the tp 1 model (exact agreement needs dropout 0). Dropout
+outside the region acts on replicated activations when ``prescaled_batch`` is
+True: the TP ranks must then draw the same masks (seed them alike).
 """
 
 from . import env, ops, shards

@@ -28,7 +28,7 @@ dropout but not the single-process model's draw.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 import torch.nn.functional as F

@@ -42,6 +42,9 @@ class TPEnv:
     def parallel(self) -> bool:
         return self.size > 1
 
+    def __deepcopy__(self, memo) -> "TPEnv":
+        return self             # a copied module stays on the same group (groups are not copyable)
+
 
 SINGLE = TPEnv(group=None, rank=0, size=1, prescaled=False)
 
