@@ -39,6 +39,7 @@ from . import stages
 from . import tracing
 from ..mpcommon.errors import SMPTraceError
 from .grads import GradReducer
+from .tp import ops as tp_ops
 from .state import _State
 
 
@@ -148,6 +149,23 @@ class ModelRuntime:
         root = model.module
         bound = G.bind(root, call.args, call.kwargs)
         microbatch = _batch_of(call.args, call.kwargs)
+        # measuring (rank 0 alone) and tracing (meta tensors) run the tensor-parallel modules without
+        # their collectives (tp/ops.py)
+        with tp_ops.local_only():
+            pl = cls._place(root, call, bound, s)
+        if s.rank == 0:
+            print(P.describe(root, pl, microbatch), flush=True)
+        rt = cls(model, pl, s)
+        rt._distribute()
+        sharded_dp.apply(rt)   # sharded_data_parallel_degree: FSDP2 units (the reducer skips their parameters)
+        if s.dp_size > 1:    # after the parameters moved: its hooks and buckets live on them
+            rt.reducer = GradReducer(rt.local_params, s.grad, model._smp.bucket_cap_mb * 2**20)
+        return rt
+
+    @staticmethod
+    def _place(root, call, bound, s: _State) -> P.Placement:
+        """The placement (step 1 of this module's docstring), the same on every rank."""
+        cfg = s.cfg
         if cfg.partitions == 1:
             pl = P.Placement(1, "single", [""], {"": 0})
             P.assign_owners(root, pl, None, 0)
@@ -156,7 +174,10 @@ class ModelRuntime:
             error = None
             if s.rank == 0:
                 try:
-                    costs = tracing.measure(_measurable(root), call.args, call.kwargs)
+                    probe = _measurable(root)
+                    at = next((p.device for p in probe.parameters()), torch.device("cpu"))
+                    # measured where the model still is (the step moved the inputs to the rank's device)
+                    costs = tracing.measure(probe, to_device(call.args, at), to_device(call.kwargs, at))
                     pl, g = P.auto_placement(root, costs, cfg.partitions, cfg.memory_weight, bound)
                     P.assign_owners(root, pl, g, cfg.default_partition)
                     msg = [("ok", pl)]
@@ -181,14 +202,7 @@ class ModelRuntime:
                         f"smp: {e}; with manual partitioning, every module whose submodules are on "
                         f"different partitions must have a traceable forward") from e.cause
             P.assign_owners(root, pl, g, cfg.default_partition)
-        if s.rank == 0:
-            print(P.describe(root, pl, microbatch), flush=True)
-        rt = cls(model, pl, s)
-        rt._distribute()
-        sharded_dp.apply(rt)   # sharded_data_parallel_degree: FSDP2 units (the reducer skips their parameters)
-        if s.dp_size > 1:    # after the parameters moved: its hooks and buckets live on them
-            rt.reducer = GradReducer(rt.local_params, s.grad, model._smp.bucket_cap_mb * 2**20)
-        return rt
+        return pl
 
     def _materialize(self) -> None:
         """Delayed initialisation: this partition's parameters, built on the meta device, get memory
@@ -288,7 +302,8 @@ class ModelRuntime:
                 plan = stages.single(self.pl.unit_part[""])
             else:
                 try:
-                    g = G.trace(self.root, self.pl.units, bound, self.meta_state)
+                    with tp_ops.local_only():
+                        g = G.trace(self.root, self.pl.units, bound, self.meta_state)
                 except G.TraceFailure as e:
                     raise SMPTraceError(f"smp: {e}") from e.cause
                 plan = stages.build(g, self.pl, set(self.param_by_name))

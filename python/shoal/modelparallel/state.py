@@ -59,8 +59,21 @@ STATE = _State()
 require = STATE.require
 
 
-def _new_group(ranks: List[int]):
-    return dist.new_group(ranks, backend="shoal")
+def _new_group(ranks: List[int], own_connections: bool = False):
+    """A shoal group; with `own_connections` it gets connections of its own (SHOAL_GROUP_CONNECTIONS=own)
+    instead of sharing those of the first communicator holding its ranks, so that its collectives
+    need no common order with that communicator's (docs/knobs.md)."""
+    if not own_connections:
+        return dist.new_group(ranks, backend="shoal")
+    prev = os.environ.get("SHOAL_GROUP_CONNECTIONS")
+    os.environ["SHOAL_GROUP_CONNECTIONS"] = "own"
+    try:
+        return dist.new_group(ranks, backend="shoal")
+    finally:
+        if prev is None:
+            del os.environ["SHOAL_GROUP_CONNECTIONS"]
+        else:
+            os.environ["SHOAL_GROUP_CONNECTIONS"] = prev
 
 
 def init(config=None) -> None:
@@ -90,7 +103,9 @@ def init(config=None) -> None:
     for kind, names in (("pp", ("pipe", "pp")), ("mp", ("mp",)), ("dp", ("grad", "dp")),
                         ("rdp", ("rdp_grad", "rdp") if tp else ()), ("tp", ("tpg", "tp") if tp else ())):
         for ranks in s.topo.groups(kind):
-            made = [_new_group(ranks) for _ in names]
+            # the TP modules' collectives run inside forward and backward (on an accelerator's autograd
+            # thread too), beside the pipeline's and the gradient buckets' traffic: own connections
+            made = [_new_group(ranks, own_connections=(name == "tpg")) for name in names]
             if s.rank in ranks:
                 for name, g in zip(names, made):
                     setattr(s, name, g)

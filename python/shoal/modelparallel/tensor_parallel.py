@@ -251,22 +251,31 @@ def _build(mod: torch.nn.Module, reg: _Registration, overrides: dict, path: str,
     return new
 
 
-def _adapt_calls(new: torch.nn.Module, reg: _Registration, orig_cls: type) -> None:
-    """Calls with the original module's signature reach the distributed module through the hooks."""
-    inner = new.forward
-    fwd, ret = reg.forward_hook, reg.return_hook
+_ADAPTED: Dict[Tuple[type, type, int], type] = {}
 
-    def forward(*args, **kwargs):
-        if fwd is not None:
-            args, kwargs = fwd(*args, **kwargs)
-        out = inner(*args, **kwargs)
-        return ret(out) if ret is not None else out
-    try:
-        forward.__signature__ = inspect.signature(orig_cls.forward).replace(
-            parameters=list(inspect.signature(orig_cls.forward).parameters.values())[1:])
-    except (TypeError, ValueError):
-        pass
-    new.forward = forward
+
+def _adapt_calls(new: torch.nn.Module, reg: _Registration, orig_cls: type) -> None:
+    """Calls with the original module's signature reach the distributed module through the hooks.
+    The instance's class becomes a subclass of the distributed class (same name) whose forward is
+    the adapted one, so that the pipeline's tracer (which reads the class's forward) sees it."""
+    key = (type(new), orig_cls, id(reg))
+    cls = _ADAPTED.get(key)
+    if cls is None:
+        inner, fwd, ret = type(new).forward, reg.forward_hook, reg.return_hook
+
+        def forward(self, *args, **kwargs):
+            if fwd is not None:
+                args, kwargs = fwd(*args, **kwargs)
+            out = inner(self, *args, **kwargs)
+            return ret(out) if ret is not None else out
+        try:
+            forward.__signature__ = inspect.signature(orig_cls.forward)
+        except (TypeError, ValueError):
+            pass
+        cls = type(type(new).__name__, (type(new),), {"forward": forward, "__module__": type(new).__module__,
+                                                       "__doc__": type(new).__doc__})
+        _ADAPTED[key] = cls
+    new.__class__ = cls
 
 
 def _param_owners(root: torch.nn.Module) -> Dict[int, List[str]]:

@@ -69,8 +69,8 @@ class DistributedEmbedding(DistributedModule):
 
 class VocabParallelEmbedding(DistributedModule):
     """The LM head's word embedding: ``weight [V/tp, H]``, rows ``tp_rank*V/tp ..`` of the
-    full table. ``forward(entered_ids)`` takes ids already entered into the region and returns
-    this rank's ``[B, .., H]`` (the region's exit is inside)."""
+    full table. ``forward(ids)`` takes this rank's ids and returns its ``[B, .., H]`` (the ids
+    enter the region and the sums exit it inside)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, init_std: Optional[float]):
         super().__init__()
@@ -78,8 +78,8 @@ class VocabParallelEmbedding(DistributedModule):
         self.vocab_start = self.tp_rank * (num_embeddings // self.tp_size)
         self._new_param("weight", (num_embeddings, embedding_dim), 0, tp_init.embedding_weight(init_std))
 
-    def forward(self, entered_ids: torch.Tensor) -> torch.Tensor:
-        local = entered_ids - self.vocab_start
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        local = ops.enter_side(ids, self.tp_env) - self.vocab_start
         outside = (local < 0) | (local >= self.weight.shape[0])
         out = F.embedding(local.masked_fill(outside, 0), self.weight)
         out = out.masked_fill(outside.unsqueeze(-1), 0.0)

@@ -18,6 +18,15 @@ keeps its own rows and averages them over its tokens whose label is not
 (the logits of position i predict the label of position i+1). The full logits,
 when returned (``return_logits=True``), are gathered over the vocabulary, the
 rank's own rows.
+
+The forward is pipeline-traceable (docs/modelparallel.md, "What the model's
+forward may do"): every collective runs inside a submodule (``word_embedding``,
+the layers, ``lm_head``), so the pipeline can split the module between its
+embeddings, its layers and its head. ``lm_head`` (:class:`LMHeadLoss`) holds
+the head's weight and bias as the same Parameters the module registers under
+its own names (``word_embedding.weight`` when tied, else ``lm_head_weight``;
+``lm_head_bias``), as Hugging Face ties ``lm_head.weight`` to ``wte.weight``;
+its entries are left out of the state dict, whose names are the module's own.
 """
 
 from __future__ import annotations
@@ -89,6 +98,11 @@ class DistributedTransformerLMHead(DistributedModule):
             self._new_param("lm_head_bias", (vocab_size,), 0, tp_init.zeros)
         else:
             self.register_parameter("lm_head_bias", None)
+        self.mask = AdditiveMask()
+        if add_lm_head:
+            self.lm_head = LMHeadLoss(self)
+            self._register_state_dict_hook(_drop_head_entries)
+            self._register_load_state_dict_pre_hook(_head_entries, with_module=True)
 
     @staticmethod
     def _redraw(weight: torch.Tensor, std: Optional[float]) -> None:
@@ -104,8 +118,7 @@ class DistributedTransformerLMHead(DistributedModule):
                 input_ids, attention_mask, token_type_ids, position_ids, cross_states, cross_mask, labels = inputs
         else:
             input_ids, attention_mask, token_type_ids, position_ids, labels = inputs
-        env = self.tp_env
-        h = self.word_embedding(ops.enter_side(input_ids, env))
+        h = self.word_embedding(input_ids)
         if self.num_positions > 0:
             if position_ids is None:
                 position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
@@ -113,16 +126,30 @@ class DistributedTransformerLMHead(DistributedModule):
         if token_type_ids is not None and self.num_token_types > 0:
             h = h + self.token_type_embedding(token_type_ids)
         h = self.embedding_dropout(h)
-        mask = additive_mask(attention_mask, h.dtype)
+        mask = self.mask(attention_mask, h)
         if self.opts.add_cross_attention:
-            out = self.transformer((h, cross_states, mask, additive_mask(cross_mask, h.dtype)))
+            out = self.transformer((h, cross_states, mask, self.mask(cross_mask, h)))
         else:
             out = self.transformer((h, mask))
-        h = out[0]
         if not self.add_lm_head:
-            return h
-        head = self.word_embedding.weight if self.tie_lm_head else self.lm_head_weight
-        logits = F.linear(ops.enter_region(h, env), head, self.lm_head_bias)
+            return out[0]
+        return self.lm_head(out[0], labels)
+
+
+class LMHeadLoss(torch.nn.Module):
+    """The LM head and its loss: ``forward(h, labels) -> (loss, logits)`` (the owner's docstring)."""
+
+    def __init__(self, owner: DistributedTransformerLMHead):
+        super().__init__()
+        self.tp_env = owner.tp_env
+        self.weight = owner.word_embedding.weight if owner.tie_lm_head else owner.lm_head_weight
+        self.bias = owner.lm_head_bias
+        self.vocab_start = owner.word_embedding.vocab_start
+        self.shift_labels, self.return_logits = owner.shift_labels, owner.return_logits
+
+    def forward(self, h: torch.Tensor, labels: Optional[torch.Tensor]):
+        env = self.tp_env
+        logits = F.linear(ops.enter_region(h, env), self.weight, self.bias)
         loss = None if labels is None else self._loss(logits, labels)
         full = ops.own_rows(ops.gather_dim(logits, env, -1), env) if self.return_logits else None
         return loss, full
@@ -134,8 +161,29 @@ class DistributedTransformerLMHead(DistributedModule):
         entered = ops.enter_side(labels, env)
         if self.shift_labels:
             logits, entered, labels = logits[..., :-1, :], entered[..., 1:], labels[..., 1:]
-        per_token = vocab_parallel_cross_entropy(logits, entered, self.word_embedding.vocab_start, env)
+        per_token = vocab_parallel_cross_entropy(logits, entered, self.vocab_start, env)
         return ops.own_rows(per_token, env).sum() / (labels != -100).sum()
+
+
+class AdditiveMask(torch.nn.Module):
+    """``forward(mask, like)``: :func:`additive_mask` of `mask` for activations like `like`."""
+
+    def forward(self, mask: Optional[torch.Tensor], like: torch.Tensor) -> Optional[torch.Tensor]:
+        return additive_mask(mask, like.dtype)
+
+
+def _drop_head_entries(module, state_dict, prefix, local_metadata):
+    for k in [k for k in state_dict if k.startswith(prefix + "lm_head.")]:
+        del state_dict[k]
+    return state_dict
+
+
+def _head_entries(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    """lm_head's entries are the module's own tensors: filled from the module's names."""
+    names = {"weight": "word_embedding.weight" if module.tie_lm_head else "lm_head_weight", "bias": "lm_head_bias"}
+    for own, src in names.items():
+        if getattr(module.lm_head, own) is not None and prefix + src in state_dict:
+            state_dict[prefix + "lm_head." + own] = state_dict[prefix + src]
 
 
 def additive_mask(mask: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:

@@ -22,11 +22,18 @@ rank. With one rank every op is the identity.
 
 The TP ranks must call these in the same order with the same shapes (equal
 batch sizes in the own-batch mode), as for any collective.
+
+Under :func:`local_only` (the partitioner measuring the model on one rank,
+the tracer computing shapes on meta tensors) no collective runs: each is
+replaced by a local operation with the result's shape (a gather repeats this
+rank's piece, a reduce-scatter keeps this rank's rows, an all-reduce is the
+identity), so shapes and costs are those of the real run, values are not.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+from typing import Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -34,9 +41,24 @@ import torch.distributed as dist
 from .env import TPEnv
 
 
+_LOCAL = [False]
+
+
+@contextlib.contextmanager
+def local_only() -> Iterator[None]:
+    """Every collective of the modules becomes a local stand-in of the same shape (docstring)."""
+    prev, _LOCAL[0] = _LOCAL[0], True
+    try:
+        yield
+    finally:
+        _LOCAL[0] = prev
+
+
 # --------------------------------------------------------------------------- plain collectives
 def all_gather(x: torch.Tensor, env: TPEnv, dim: int = 0) -> torch.Tensor:
     """The pieces of every TP rank concatenated along `dim`, in rank order."""
+    if _LOCAL[0]:
+        return torch.cat([x] * env.size, dim=dim)
     x = x.contiguous()
     out = x.new_empty((env.size,) + tuple(x.shape))
     dist.all_gather_into_tensor(out, x, group=env.group)
@@ -49,6 +71,8 @@ def reduce_scatter_rows(x: torch.Tensor, env: TPEnv) -> torch.Tensor:
     """The sum over the TP ranks of `x`'s rows, this rank's 1/tp of them."""
     if x.shape[0] % env.size:
         raise ValueError(f"reduce_scatter_rows: {x.shape[0]} rows do not split over {env.size} TP ranks")
+    if _LOCAL[0]:
+        return x.chunk(env.size, 0)[env.rank].clone()
     x = x.contiguous()
     out = x.new_empty((x.shape[0] // env.size,) + tuple(x.shape[1:]))
     dist.reduce_scatter_tensor(out, x, op=dist.ReduceOp.SUM, group=env.group)
@@ -57,6 +81,8 @@ def reduce_scatter_rows(x: torch.Tensor, env: TPEnv) -> torch.Tensor:
 
 def all_reduce(x: torch.Tensor, env: TPEnv, op=dist.ReduceOp.SUM) -> torch.Tensor:
     """`x` reduced over the TP ranks, in place (and returned)."""
+    if _LOCAL[0]:
+        return x
     dist.all_reduce(x, op=op, group=env.group)
     return x
 

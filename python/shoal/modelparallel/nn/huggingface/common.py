@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+import torch.fx
 
 from ....mpcommon.errors import SMPUnsupportedError, SMPValidationError
 
@@ -175,13 +176,14 @@ def _describe(value: Any) -> str:
     return type(value).__name__ if not isinstance(value, (bool, int, float, str)) else repr(value)
 
 
-def masked_positions(attention_mask: Optional[torch.Tensor], input_ids: torch.Tensor, model: str) -> torch.Tensor:
+def masked_positions(attention_mask: Optional[torch.Tensor], input_ids: torch.Tensor,
+                     model: str) -> Optional[torch.Tensor]:
     """Hugging Face's [N, S] attention mask (1 = attend) as SMP's 0-1 [N, S] mask (1 = masked).
 
-    No mask means every position is attended."""
+    No mask (None) means every position is attended, and stays None."""
     n, s = input_ids.shape[0], input_ids.shape[-1]
     if attention_mask is None:
-        return torch.zeros(n, s, dtype=torch.long, device=input_ids.device)
+        return None
     if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (n, s):
         raise SMPUnsupportedError(f"{model} under tensor parallelism: 'attention_mask' must be the [batch, seq] "
                                   f"padding mask ({n}, {s}); got shape {tuple(attention_mask.shape)}")
@@ -260,7 +262,8 @@ def refuse_inputs(model: str, **given: Any) -> None:
 def lm_inputs(model: str, input_ids: Any, attention_mask: Optional[torch.Tensor],
               position_ids: Optional[torch.Tensor], labels: Optional[torch.Tensor]) -> Tuple[tuple, dict]:
     """The DistributedTransformerLMHead call for a causal LM's forward arguments."""
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+    # (a torch.fx Proxy when the pipeline traces the model: its dim() is known to the tracer)
+    if not isinstance(input_ids, (torch.Tensor, torch.fx.Proxy)) or input_ids.dim() != 2:
         raise SMPUnsupportedError(f"{model} under tensor parallelism: 'input_ids' must be a [batch, seq] tensor "
                                   f"(got {_describe(input_ids)})")
     mask = masked_positions(attention_mask, input_ids, model)

@@ -1,0 +1,271 @@
+"""One rank of a tensor-parallel smp job: GPT-2 (from a config, random weights, dropout off) built
+inside ``smp.model_creation(tensor_parallelism=True)``, wrapped, trained, checkpointed.
+
+Usage: mp_tp_worker.py JOB SUITE[:key=value,...] ...   (the world size is the harness's)
+
+- ``parity:tp=T,pp=P[,prescaled=1][,device=1]``: T-way tensor x P-way pipeline x the rest data
+  parallel; 4 AdamW steps. The per-step loss (averaged over the data-parallel ranks) and every
+  parameter at the end (the gathered state dict, translated to Hugging Face's names) equal one
+  process training the plain GPT2LMHeadModel on the same global batches (fp32, float tolerance).
+  ``device=1``: each rank sets its accelerator (the test device "fakegpu") first, as a SageMaker
+  script does, and the batches come from the CPU.
+- ``half:tp=T``: bf16 parameters (fp32 masters, loss scaling off) against the fp32 run: every
+  loss within a stated bound.
+- ``checkpoints``: (world 4, tp 2 x pp 2) a partial checkpoint resumes in the same layout and the
+  next steps' losses are those of an uninterrupted run; a full checkpoint loads into the plain
+  GPT2LMHeadModel (same logits as the smp model's) and, after ``smp.init`` with another layout
+  (tp 4; tp 1 x pp 2 x dp 2), into that layout (same loss on the same batch).
+- ``errors``: heads or vocabulary that do not divide over the TP ranks, and a distributed module
+  built before ``smp.init`` (for a one-rank TP group), are errors on every rank that name them.
+"""
+
+import os
+import sys
+
+import torch
+
+if "device=1" in " ".join(sys.argv[1:]):
+    import fakegpu
+    fakegpu.load()
+
+import torch.distributed as dist  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+
+import shoal.modelparallel as smp  # noqa: E402
+from harness import Checks  # noqa: E402
+from shoal.modelparallel.nn.huggingface.gpt2 import translate_state_dict_to_hf_gpt2  # noqa: E402
+
+WS = int(os.environ["WORLD_SIZE"])
+STEPS, BATCH, SEQ = 4, 8, 8
+
+
+def config(**kw):
+    base = dict(vocab_size=64, n_positions=SEQ, n_embd=32, n_layer=4, n_head=4, resid_pdrop=0.0,
+                embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new", use_cache=False)
+    base.update(kw)
+    return GPT2Config(**base)
+
+
+def close(got, want, what, rtol=1e-4, atol=1e-5):
+    got, want = torch.as_tensor(got).double().cpu(), torch.as_tensor(want).double().cpu()
+    if got.shape != want.shape:
+        raise AssertionError(f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}")
+    if not torch.allclose(got, want, rtol=rtol, atol=atol):
+        raise AssertionError(f"{what}: max difference {(got - want).abs().max().item():.3g}")
+
+
+def batches(steps=STEPS):
+    g = torch.Generator().manual_seed(7)
+    return [torch.randint(0, 64, (BATCH, SEQ), generator=g) for _ in range(steps)]
+
+
+def smp_config(tp, pp, prescaled=False, **kw):
+    cfg = {"tensor_parallel_degree": tp, "pipeline_parallel_degree": pp, "ddp": True,
+           "microbatches": 2, "prescaled_batch": prescaled}
+    cfg.update(kw)
+    return cfg
+
+
+def build(cfg_kw=None, dtype=None):
+    """The smp model and a plain copy with the same weights (built before the wrapping)."""
+    torch.manual_seed(0)
+    with smp.model_creation(tensor_parallelism=True, dtype=dtype):
+        net = GPT2LMHeadModel(config(**(cfg_kw or {})))
+    plain = GPT2LMHeadModel(config(**(cfg_kw or {})))
+    plain.load_state_dict(net.state_dict())
+    return smp.DistributedModel(net), plain.float()
+
+
+@smp.step
+def lm_step(model, ids):
+    out = model(input_ids=ids, labels=ids)
+    model.backward(out["loss"])
+    return out["loss"]
+
+
+@smp.step
+def eval_step(model, ids):
+    return model(input_ids=ids, labels=ids)["loss"]
+
+
+def my_rows(ids):
+    """This rank's rows of a global batch: by dp_rank, or by rdp_rank when the batch is prescaled."""
+    prescaled = smp.state.cfg.prescaled_batch
+    n, r = (smp.rdp_size(), smp.rdp_rank()) if prescaled else (smp.dp_size(), smp.dp_rank())
+    b = ids.size(0) // n
+    return ids[r * b:(r + 1) * b]
+
+
+def reference(plain, data, chunks, lr=1e-2):
+    """One process: the mean of the Hugging Face losses of `chunks` equal row chunks per batch."""
+    opt = torch.optim.AdamW(plain.parameters(), lr=lr)
+    losses = []
+    for ids in data:
+        opt.zero_grad()
+        loss = sum(plain(input_ids=c, labels=c)["loss"] for c in ids.chunk(chunks)) / chunks
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def global_loss(lm):
+    """A step's loss averaged over the ranks reading distinct data (the DP group, or RDP when prescaled)."""
+    group = smp.get_rdp_process_group() if smp.state.cfg.prescaled_batch else smp.get_dp_process_group()
+    n = smp.rdp_size() if smp.state.cfg.prescaled_batch else smp.dp_size()
+    t = lm.detach().float().reshape(1).cpu()
+    dist.all_reduce(t, group=group)
+    return t.item() / n
+
+
+def train(model, opt, data):
+    losses = []
+    for ids in data:
+        opt.zero_grad()
+        losses.append(global_loss(lm_step(model, my_rows(ids)).reduce_mean()))
+        opt.step()
+    return losses
+
+
+def hf_state(model):
+    sd = translate_state_dict_to_hf_gpt2(model.state_dict(), max_seq_len=SEQ)
+    return {k: v for k, v in sd.items() if not k.endswith(("attn.bias", "attn.masked_bias"))}
+
+
+# ----------------------------------------------------------------- suites
+
+def parity(tp, pp, prescaled=False, device=False):
+    smp.init(smp_config(tp, pp, prescaled))
+    if device:
+        torch.accelerator.set_device_index(smp.local_rank() % torch.accelerator.device_count())
+    assert (smp.tp_size(), smp.pp_size(), smp.dp_size()) == (tp, pp, WS // pp)
+    model, plain = build()
+    inner = model.get_module()
+    assert len(inner.transformer.seq_layers) == 4, "the GPT-2 blocks are the distributed transformer's layers"
+    assert model.distributed_modules(), "no tensor-parallel module after wrapping"
+    opt = smp.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    data = batches()
+    chunks = (smp.rdp_size() if prescaled else smp.dp_size()) * smp.num_microbatches()
+    want = reference(plain, data, chunks)
+    got = train(model, opt, data)
+    close(got, want, f"losses {got} vs one process {want}")
+    pieces = [n for n, p in model.local_named_parameters() if model.is_distributed_parameter(p)]
+    if tp > 1:
+        assert pieces, "no tensor-parallel piece on this rank"
+        dev = torch.device(torch.accelerator.current_accelerator().type) if device else torch.device("cpu")
+        for n, p in model.local_named_parameters():
+            assert p.device.type == dev.type, f"{n} is on {p.device}"
+    sd = hf_state(model)
+    ref = {k: v for k, v in plain.state_dict().items() if not k.endswith(("attn.bias", "attn.masked_bias"))}
+    assert set(sd) == set(ref), f"keys differ: {sorted(set(sd) ^ set(ref))[:6]}"
+    for k, v in ref.items():
+        close(sd[k], v, f"parameter {k}", rtol=2e-4, atol=2e-5)
+
+
+def half(tp):
+    smp.init(smp_config(tp, 1, bf16=True))
+    model, plain = build(dtype=torch.bfloat16)
+    opt = smp.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    data = batches(6)
+    want = reference(plain, data, smp.dp_size())
+    got = train(model, opt, data)
+    worst = max(abs(a - b) for a, b in zip(got, want))
+    if smp.rank() == 0:
+        print(f"bf16 tp={tp}: losses {got[0]:.4f} -> {got[-1]:.4f}, worst |loss - fp32 loss| {worst:.4f}",
+              flush=True)
+    assert worst < 0.1, f"a bf16 loss differs from fp32's by {worst:.4f} (bound 0.1)"
+
+
+def checkpoints():
+    d = os.environ["TEST_CKPT_DIR"]
+    data = batches(6)
+    # an uninterrupted run: 3 steps, a partial checkpoint, a full checkpoint, 3 more steps
+    smp.init(smp_config(2, 2))
+    model, _ = build()
+    opt = smp.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    train(model, opt, data[:3])
+    smp.save_checkpoint(d, "p3", partial=True, model=model, optimizer=opt, user_content={"step": 3})
+    smp.save_checkpoint(d, "full3", partial=False, model=model)
+    after = train(model, opt, data[3:])
+    probe = data[0][:2]
+    smp_loss = global_loss(eval_step(model, my_rows(data[0])).reduce_mean())
+
+    # the partial checkpoint resumes in the same layout: the next steps are the same
+    smp.init(smp_config(2, 2))
+    model, _ = build()
+    opt = smp.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    uc = smp.resume_from_checkpoint(d, tag="p3", partial=True)
+    assert uc == {"step": 3}, uc
+    close(train(model, opt, data[3:]), after, "losses after resuming the partial checkpoint")
+
+    # the full checkpoint has Hugging Face's names: it loads into the plain model
+    full = torch.load(os.path.join(d, "full3"), weights_only=False)
+    plain = GPT2LMHeadModel(config())
+    missing, unexpected = plain.load_state_dict(full, strict=False)
+    assert not unexpected and all(k.endswith(("attn.bias", "attn.masked_bias")) for k in missing), \
+        (missing, unexpected)
+    with torch.no_grad():
+        plain_logits = plain(input_ids=probe)["logits"]
+    want = eval_plain(plain, data[0])
+
+    # ... and into other layouts
+    for tp, pp in ((4, 1), (1, 2)):
+        smp.init(smp_config(tp, pp))
+        model, _ = build()
+        smp.resume_from_checkpoint(d, tag="full3", partial=False)
+        with torch.no_grad():
+            got = global_loss(eval_step(model, my_rows(data[0])).reduce_mean())
+        close(got, want, f"loss after loading the full checkpoint into tp {tp} x pp {pp}")
+        model.cpu()     # every partition's weights, this rank's TP pieces
+        if tp == 1:
+            with torch.no_grad():
+                close(model.get_module()(input_ids=probe)["logits"], plain_logits, "logits after cpu()")
+    assert smp_loss is not None
+
+
+def eval_plain(plain, ids):
+    with torch.no_grad():
+        return plain(input_ids=ids, labels=ids)["loss"].item()
+
+
+def errors():
+    smp.init(smp_config(2, 1))
+    rank = smp.rank()
+    for kw, words in (({"n_head": 3, "n_embd": 33}, ["'the model' (GPT2LMHeadModel)", "num_attention_heads 3"]),
+                      ({"vocab_size": 63}, ["vocab_size 63", "not divisible by tp_size 2"])):
+        try:
+            build(kw)
+        except smp.SMPValidationError as e:
+            msg = str(e)
+            assert all(w in msg for w in words) and f"rank {rank}" in msg, msg
+        else:
+            raise AssertionError(f"{kw}: no error")
+
+
+def early_module():
+    """A distributed module built before smp.init belongs to no TP group: wrapping it is an error."""
+    layer = smp.nn.DistributedLinear(8, 8)
+    smp.init(smp_config(2, 1))
+    try:
+        smp.DistributedModel(torch.nn.Sequential(layer))
+    except smp.SMPValidationError as e:
+        assert "before smp.init" in str(e) and "rank" in str(e), str(e)
+    else:
+        raise AssertionError("wrapping a distributed module built before smp.init: no error")
+
+
+SUITES = {"parity": parity, "half": half, "checkpoints": checkpoints, "errors": errors,
+          "early_module": early_module}
+
+
+def main():
+    c = Checks()
+    for arg in sys.argv[2:]:
+        name, _, opts = arg.partition(":")
+        kw = {k: int(v) if k in ("tp", "pp") else bool(int(v)) for k, v in (o.split("=") for o in opts.split(",") if o)}
+        c.run(arg, SUITES[name], **kw)
+    return c.report()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
