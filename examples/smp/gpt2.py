@@ -4,9 +4,12 @@ SageMaker's GPT-2 examples are written, running on shoal.
 
     build/bin/shoalrun --standalone --nproc-per-node 2 examples/smp_gpt2.py --fp16 1
 
-Pipeline parallelism only (``tensor_parallel_degree`` 1): the model is split into
-``--pipeline-parallel-degree`` partitions, each batch into ``--microbatches``; extra
-processes are data-parallel replicas (``ddp``). What a v1 script relies on is used the way
+The model is split into ``--pipeline-parallel-degree`` partitions, each batch into
+``--microbatches``; with ``--tensor-parallel-degree`` > 1 it is built inside
+``smp.model_creation(tensor_parallelism=True)``, so that wrapping it turns the GPT-2 into
+``smp.nn.DistributedTransformerLMHead`` (attention, MLP, embedding and head split over the
+tensor-parallel ranks; its blocks are ``transformer.seq_layers``); the other processes are
+data-parallel replicas (``ddp``), optionally with ``--shard-optimizer-state``. What a v1 script relies on is used the way
 v1 scripts use it: the SMP config with every key of the examples' (features off included),
 ``smp.model_creation(dtype=...)`` for fp16/bf16, ``smp.nn.FusedLayerNorm`` in place of the
 model's LayerNorms, ``torch.cuda.set_device(smp.local_rank())`` on a GPU, the batch taken
@@ -37,6 +40,9 @@ from smdistributed.modelparallel.torch.nn import FusedLayerNorm
 # (flag, type, default, help): the SageMaker example's options that matter here
 OPTIONS = [
     ("--pipeline-parallel-degree", int, 2, "partitions"),
+    ("--tensor-parallel-degree", int, 1, "ranks sharing each tensor-parallel module"),
+    ("--prescaled-batch", int, 0, "the tensor-parallel ranks read the same batch"),
+    ("--shard-optimizer-state", int, 0, "each data-parallel rank keeps 1/n of the optimizer state"),
     ("--microbatches", int, 4, "microbatches per batch"),
     ("--fp16", int, 1, "half-precision parameters, fp32 master weights, dynamic loss scaling"),
     ("--bf16", int, 0, "bfloat16 instead"),
@@ -64,14 +70,16 @@ def parse_args():
 
 
 def batches(args, start_step):
-    """The batches of this data-parallel rank, from a CPU 'loader', from `start_step` on."""
+    """The batches of this data-parallel rank (of its tensor-parallel group with prescaled batches), from
+    a CPU 'loader', from `start_step` on."""
+    rank, size = (smp.rdp_rank(), smp.rdp_size()) if args.prescaled_batch else (smp.dp_rank(), smp.dp_size())
     g = torch.Generator().manual_seed(1234)
     perm = torch.randperm(args.vocab, generator=g)
     step = 0
     while True:
-        starts = torch.randint(0, args.vocab, (args.batch_size * smp.dp_size(),), generator=g)
+        starts = torch.randint(0, args.vocab, (args.batch_size * size,), generator=g)
         if step >= start_step:
-            mine = starts[smp.dp_rank() * args.batch_size:(smp.dp_rank() + 1) * args.batch_size]
+            mine = starts[rank * args.batch_size:(rank + 1) * args.batch_size]
             pos = (mine[:, None] + torch.arange(args.seq_len)[None, :]) % args.vocab
             yield perm[pos]
         step += 1
@@ -90,14 +98,14 @@ def use_fused_layernorm(module: torch.nn.Module) -> None:
 
 
 def param_groups(module, weight_decay=0.01):
-    """No weight decay for biases and FusedLayerNorm parameters (as the SageMaker examples do)."""
+    """No weight decay for biases and layer-norm parameters (as the SageMaker examples do)."""
     decay, no_decay, seen = [], [], set()
     for m in module.modules():
         for n, p in m._parameters.items():
             if p is None or id(p) in seen:
                 continue
             seen.add(id(p))
-            (no_decay if isinstance(m, FusedLayerNorm) or n == "bias" else decay).append(p)
+            (no_decay if isinstance(m, torch.nn.LayerNorm) or n == "bias" else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -111,8 +119,9 @@ def train_step(model, input_ids):
 def main():
     args = parse_args()
     smp.init({
-        "ddp": True, "tensor_parallel_degree": 1, "pipeline_parallel_degree": args.pipeline_parallel_degree,
-        "microbatches": args.microbatches, "shard_optimizer_state": False, "prescaled_batch": False,
+        "ddp": True, "tensor_parallel_degree": args.tensor_parallel_degree,
+        "pipeline_parallel_degree": args.pipeline_parallel_degree, "microbatches": args.microbatches,
+        "shard_optimizer_state": args.shard_optimizer_state > 0, "prescaled_batch": args.prescaled_batch > 0,
         "fp16": args.fp16 > 0, "bf16": args.bf16 > 0, "offload_activations": False,
         "delayed_parameter_initialization": False, "optimize": "speed", "placement_strategy": "cluster",
         "activation_loading_horizon": 4, "skip_tracing": False, "auto_partition": True, "default_partition": 0,
@@ -121,7 +130,8 @@ def main():
     })
     if smp.rank() == 0:
         print(f"smdistributed.modelparallel {smdistributed.modelparallel.__version__}: {smp.size()} ranks, "
-              f"{smp.pp_size()} partitions x {smp.dp_size()} replicas", flush=True)
+              f"{smp.pp_size()} partitions x tensor-parallel {smp.tp_size()} x {smp.rdp_size()} replicas",
+              flush=True)
     if torch.cuda.is_available():
         torch.cuda.set_device(smp.local_rank())
 
@@ -129,14 +139,15 @@ def main():
     config = GPT2Config(vocab_size=args.vocab, n_positions=args.seq_len, n_embd=args.width, n_layer=args.layers,
                         n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
     torch.manual_seed(0)
-    with smp.model_creation(tensor_parallelism=False, dtype=dtype):
+    with smp.model_creation(tensor_parallelism=smp.tp_size() > 1, dtype=dtype):
         model = GPT2LMHeadModel(config)
         use_fused_layernorm(model)
 
     model = smp.DistributedModel(model, trace_device="gpu")
     m = model.get_module()
+    blocks = m.transformer.seq_layers if smp.tp_size() > 1 else m.transformer.h
     if args.activation_checkpointing:
-        for block in m.transformer.h.children():
+        for block in blocks.children():
             smp.set_activation_checkpointing(block)
 
     optimizer = torch.optim.AdamW(param_groups(m), lr=args.lr, betas=(0.9, 0.95))

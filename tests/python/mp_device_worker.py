@@ -90,6 +90,8 @@ def train_on_device(partitions, pipeline, auto):
     seen = []
 
     def check_inputs(mod, args):
+        if smp.is_tracing():     # rank 0 measuring the model for the partitioner, where the model still is
+            return
         for a in args:
             if isinstance(a, torch.Tensor) and a.device.type != "meta":    # (meta: smp tracing shapes)
                 seen.append(a.device)

@@ -15,6 +15,10 @@ Usage: mp_tp_worker.py JOB SUITE[:key=value,...] ...   (the world size is the ha
   next steps' losses are those of an uninterrupted run; a full checkpoint loads into the plain
   GPT2LMHeadModel (same logits as the smp model's) and, after ``smp.init`` with another layout
   (tp 4; tp 1 x pp 2 x dp 2), into that layout (same loss on the same batch).
+- ``sharded:kind=zero1|sdp``: (world 4) tp 2 x rdp 2 with shard_optimizer_state or
+  sharded_data_parallel_degree 2: training equals one process; the full model checkpoint (the
+  optimizer's full state is refused) equals the plain model trained alike; a partial checkpoint
+  (every rank's shards) resumes in the layout, the next steps those of an uninterrupted run.
 - ``errors``: heads or vocabulary that do not divide over the TP ranks, and a distributed module
   built before ``smp.init`` (for a one-rank TP group), are errors on every rank that name them.
 """
@@ -223,6 +227,43 @@ def checkpoints():
     assert smp_loss is not None
 
 
+def sharded(kind):
+    """tp 2 x rdp 2 with sharded state (`kind` "zero1": shard_optimizer_state; "sdp":
+    sharded_data_parallel_degree 2): 3 steps equal one process (the full checkpoint, loaded into the
+    plain model, equals the plain model trained alike); a partial checkpoint resumes in the layout
+    and the next steps are an uninterrupted run's."""
+    d = os.path.join(os.environ["TEST_CKPT_DIR"], kind)
+    # (sdp_gradient_clipping 0: no clipping, which SageMaker's default of 1.0 would apply at step())
+    extra = {"shard_optimizer_state": True} if kind == "zero1" else \
+        {"sharded_data_parallel_degree": 2, "sdp_gradient_clipping": 0.0}
+    data = batches(6)
+    smp.init(smp_config(2, 1, **extra))
+    model, plain = build()
+    opt = smp.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    close(train(model, opt, data[:3]), reference(plain, data[:3], smp.dp_size() * smp.num_microbatches()),
+          f"{kind}: losses against one process")
+    smp.save_checkpoint(d, "p3", partial=True, model=model, optimizer=opt)
+    try:
+        smp.save_checkpoint(d, "f3", partial=False, model=model, optimizer=opt)
+    except smp.SMPValidationError as e:
+        assert "partial" in str(e), str(e)
+    else:
+        raise AssertionError(f"{kind}: a full checkpoint of a sharded optimizer state was written")
+    smp.save_checkpoint(d, "f3", partial=False, model=model)
+    after = train(model, opt, data[3:])
+    full = torch.load(os.path.join(d, "f3"), weights_only=False)
+    for k, v in plain.state_dict().items():
+        if k in full:
+            # (Adam's first steps amplify the summation-order noise of near-zero gradients)
+            close(full[k], v, f"{kind}: full checkpoint '{k}' against one process", rtol=2e-4, atol=1e-4)
+
+    smp.init(smp_config(2, 1, **extra))
+    model, _ = build()
+    opt = smp.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    smp.resume_from_checkpoint(d, tag="p3", partial=True)
+    close(train(model, opt, data[3:]), after, f"{kind}: losses after resuming the partial checkpoint")
+
+
 def eval_plain(plain, ids):
     with torch.no_grad():
         return plain(input_ids=ids, labels=ids)["loss"].item()
@@ -255,14 +296,15 @@ def early_module():
 
 
 SUITES = {"parity": parity, "half": half, "checkpoints": checkpoints, "errors": errors,
-          "early_module": early_module}
+          "early_module": early_module, "sharded": sharded}
 
 
 def main():
     c = Checks()
     for arg in sys.argv[2:]:
         name, _, opts = arg.partition(":")
-        kw = {k: int(v) if k in ("tp", "pp") else bool(int(v)) for k, v in (o.split("=") for o in opts.split(",") if o)}
+        kw = {k: v if k == "kind" else int(v) if k in ("tp", "pp") else bool(int(v))
+              for k, v in (o.split("=") for o in opts.split(",") if o)}
         c.run(arg, SUITES[name], **kw)
     return c.report()
 

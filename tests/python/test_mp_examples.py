@@ -6,7 +6,8 @@ shoalrun, on 2 processes:
   name changed ("cuda" -> "fakegpu"); tests/gpu runs them unchanged on CUDA;
 - the GPT-2 script (pipeline, fp16 with dynamic loss scaling, activation checkpointing,
   smp.nn.FusedLayerNorm, clip_master_grads, a partial checkpoint) trains, then resumes from
-  its checkpoint where it left off.
+  its checkpoint where it left off; with tensor parallelism (the model turned into
+  smp.nn.DistributedTransformerLMHead) it trains too.
 """
 
 import os
@@ -58,3 +59,10 @@ def test_gpt2_script_trains_in_fp16_and_resumes_from_its_checkpoint(tmp_path):
     again = float(re.search(r"done: 28 steps, loss ([\d.]+)", out).group(1))
     # the first step after resuming starts from the checkpoint's model, not from a fresh one's loss
     assert again < 0.5 * first, (first, last, again)
+
+
+def test_gpt2_script_trains_with_tensor_parallelism():
+    out = _run([str(EXAMPLES / "gpt2.py"), "--pipeline-parallel-degree", "1", "--tensor-parallel-degree", "2",
+                "--microbatches", "2", "--steps", "20", "--layers", "2"])
+    assert "tensor-parallel 2 x 1 replicas" in out, out[-2000:]
+    assert re.search(r"done: 20 steps, loss [\d.]+ -> [\d.]+ \(ok\)", out), out[-3000:]

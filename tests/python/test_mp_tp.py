@@ -18,7 +18,8 @@ WORKER = HERE / "mp_tp_worker.py"
     (4, ["parity:tp=2,pp=2", "parity:tp=2,pp=2,prescaled=1", "checkpoints"]),
     (8, ["parity:tp=2,pp=2"]),
     (4, ["parity:tp=2,pp=2,device=1"]),
-], ids=["tp2", "tp2xpp2", "tp2xpp2xdp2", "tp2xpp2-device"])
+    (4, ["sharded:kind=zero1", "sharded:kind=sdp"]),
+], ids=["tp2", "tp2xpp2", "tp2xpp2xdp2", "tp2xpp2-device", "tp2xrdp2-sharded"])
 def test_gpt2_tensor_parallel_layouts_train_as_one_process(world_size, suites):
     d = tempfile.mkdtemp(prefix="shoal-mp-tp-")
     try:

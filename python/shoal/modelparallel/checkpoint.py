@@ -1,8 +1,9 @@
 """Saving and loading: ``smp.save``/``smp.load`` and whole checkpoints.
 
-``smp.save(obj, f, partial=True)`` writes ``f"{f}_{pp_rank}"`` on the ranks
-with dp_rank 0 (one copy per partition); ``partial=False`` writes ``f`` on
-rank 0 only (``obj`` should then be whole, e.g. ``model.state_dict()``).
+``smp.save(obj, f, partial=True)`` writes ``f"{f}_{pp_rank}"`` (with tensor
+parallelism ``f"{f}_{pp_rank}_{tp_rank}"``) on the ranks with rdp_rank 0 (one
+copy per partition and piece); ``partial=False`` writes ``f`` on rank 0 only
+(``obj`` should then be whole, e.g. ``model.state_dict()``).
 ``smp.load(f, partial=True)`` reads this rank's file back.
 
 ``save_checkpoint(path, tag, partial, model, optimizer, user_content)`` (every
@@ -17,8 +18,13 @@ half-written checkpoint that looks complete.
 ``resume_from_checkpoint(path, tag=None, partial=True)`` loads the newest (or
 `tag`) checkpoint into the registered DistributedModel and
 DistributedOptimizer and returns the user content. A partial checkpoint is
-read whole (every partition's file, merged), so it resumes under any number
-of partitions.
+read whole (every partition's file of this rank's tensor-parallel piece,
+merged), so it resumes under any number of partitions with the same
+tensor-parallel degree. Sharded state (``shard_optimizer_state``, sharded data
+parallelism) is written by every rank and read back by the same rank, so it
+resumes in the same layout only; a full checkpoint (``partial=False``, the
+model's whole tensors, keyed as the model before its tensor-parallel
+replacement) loads into any layout and into the plain model.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_map
 
 from ..mpcommon import layout as L
@@ -52,9 +59,31 @@ def _atomic_save(obj: Any, path: str, pickle_module=pickle, pickle_protocol: int
 
 
 def _on_cpu(state: Any) -> Any:
-    """A state dict with its tensors on the CPU: checkpoint files load anywhere, whatever device the
-    partitions were on (loading copies them onto the partitions' devices)."""
-    return tree_map(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, state)
+    """A state dict with its tensors on the CPU (a sharded data-parallel tensor: this rank's shard):
+    checkpoint files load anywhere, whatever device the partitions were on (loading copies them onto
+    the partitions' devices)."""
+    def cpu(t):
+        if isinstance(t, DTensor):
+            t = t.to_local()
+        return t.detach().cpu() if isinstance(t, torch.Tensor) else t
+    return tree_map(cpu, state)
+
+
+def load_optimizer_state(optimizer, state: Any) -> None:
+    """Loads `state` into `optimizer`; the state of a sharded data-parallel parameter (this rank's shard,
+    as saved) becomes a tensor sharded like the parameter."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    saved = [i for g in state.get("param_groups", []) for i in g["params"]]
+    if any(isinstance(p, DTensor) for p in params) and len(saved) == len(params):
+        state = dict(state)
+        state["state"] = dict(state.get("state", {}))
+        for i, p in zip(saved, params):
+            if isinstance(p, DTensor) and i in state["state"]:
+                state["state"][i] = {k: DTensor.from_local(v.to(p.device), p.device_mesh, p.placements,
+                                                           run_check=False)
+                                     if isinstance(v, torch.Tensor) and v.shape == p.to_local().shape else v
+                                     for k, v in state["state"][i].items()}
+    optimizer.load_state_dict(state)
 
 
 def _load(path: str, map_location=None) -> Any:
@@ -83,9 +112,14 @@ def load(f: str, map_location=None, pickle_module=None, partial: bool = True, **
 
 
 def _sharded(optimizer) -> bool:
-    """Whether each rank holds its own part of the optimizer state (shard_optimizer_state,
-    sharded data parallelism): then every rank writes and reads its own file."""
-    return bool(getattr(optimizer, "_smp_sharded_state", False))
+    """Whether each rank holds its own part of the optimizer state (shard_optimizer_state, sharded
+    data parallelism): then every rank writes and reads its own file."""
+    return _sdp() or bool(optimizer._smp_sharding())
+
+
+def _sdp() -> bool:
+    """Whether each rank holds its own shards of the parameters (sharded data parallelism)."""
+    return require().cfg.sharded_data_parallel_degree > 1
 
 
 def _files(d: str, kind: str, s, pp_rank: int, rdp: bool = False) -> str:
@@ -106,10 +140,11 @@ def save_checkpoint(path: str, tag: str, partial: bool = True, model=None, optim
         if s.rdp_rank == 0:
             os.makedirs(d, exist_ok=True)
         dist.barrier(group=s.ctl)
-        if s.rdp_rank == 0 and model is not None:
-            _atomic_save(_on_cpu(model.local_state_dict()), _files(d, "model", s, s.pp_rank))
+        if model is not None and (_sdp() or s.rdp_rank == 0):
+            _atomic_save(_on_cpu(model.local_state_dict()), _files(d, "model", s, s.pp_rank, _sdp()))
         if optimizer is not None and (sharded or s.rdp_rank == 0):
-            _atomic_save(_on_cpu(optimizer.local_state_dict()), _files(d, "optimizer", s, s.pp_rank, sharded))
+            opt_sd = optimizer.local_state_dict(gather_if_shard=False) if sharded else optimizer.local_state_dict()
+            _atomic_save(_on_cpu(opt_sd), _files(d, "optimizer", s, s.pp_rank, sharded))
         if s.rank == 0:
             _atomic_save(user_content, os.path.join(d, L.USER_CONTENT))
     else:
@@ -132,7 +167,9 @@ def save_checkpoint(path: str, tag: str, partial: bool = True, model=None, optim
         if partial:
             L.write_meta(path, tag, {"tag": tag, "pp_size": s.pp_size, "tp_size": s.tp_size,
                                      "rdp_size": s.rdp_size, "model": model is not None,
-                                     "optimizer": optimizer is not None, "sharded_optimizer": sharded})
+                                     "optimizer": optimizer is not None, "sharded_optimizer": sharded,
+                                     "sharded_model": _sdp(),
+                                     "sdp": s.cfg.sharded_data_parallel_degree})
         L.write_newest(path, tag)
         if partial and num_kept_partial_checkpoints:
             L.prune(path, num_kept_partial_checkpoints)
@@ -157,7 +194,15 @@ def resume_from_checkpoint(path: str, tag: Optional[str] = None, partial: bool =
                 f"this job has {s.tp_size}: partial checkpoints resume in the same layout; save a full "
                 f"checkpoint (partial=False) to change it")
         model_sd, opt_sd = None, None
-        if meta["model"]:
+        if meta.get("sharded_model") and (meta.get("rdp_size") != s.rdp_size or
+                                          meta.get("sdp") != s.cfg.sharded_data_parallel_degree):
+            raise SMPValidationError(
+                f"{who} ({s.who()}): the checkpoint's parameters are sharded (sharded_data_parallel_degree "
+                f"{meta.get('sdp')} over {meta.get('rdp_size')} ranks); this job has "
+                f"{s.cfg.sharded_data_parallel_degree} over {s.rdp_size}: resume in the same layout")
+        if meta["model"] and meta.get("sharded_model"):
+            model_sd = _load(_files(d, "model", s, s.pp_rank, True))
+        elif meta["model"]:
             model_sd = {}
             for r in range(meta["pp_size"]):
                 part = _load(_files(d, "model", s, r))
@@ -193,6 +238,9 @@ def resume_from_checkpoint(path: str, tag: Optional[str] = None, partial: bool =
             raise SMPValidationError("smp.resume_from_checkpoint: wrap the model in smp.DistributedModel first")
         s.model.load_state_dict(model_sd, strict=strict)
     if opt_sd is not None:
-        for opt in s.optimizers:
-            opt.load_state_dict(opt_sd)
+        if _sdp() and s.model is not None and s.model._smp.rt is None:
+            s.model._smp.deferred_opt = opt_sd     # sharded like the parameters once they are partitioned
+        else:
+            for opt in s.optimizers:
+                load_optimizer_state(opt, opt_sd)
     return user_content

@@ -25,9 +25,11 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from . import clip
 from . import tensor_parallel as TP
+from .checkpoint import load_optimizer_state
 from ..mpcommon.errors import SMPUnsupportedError, SMPValidationError
 from .pipeline import Executor
 from .runtime import ModelRuntime, broadcast_from, to_device
@@ -90,7 +92,7 @@ class DistributedModel(torch.nn.Module):
                              overlapping_allreduce=overlapping_allreduce, hooks=[], partial_keys=None,
                              backward_passes_per_step=backward_passes_per_step, backward_passes=0,
                              partial_strict=True, epoch=s.epoch, comm_hook=None, gathered=False,
-                             joining=None)
+                             joining=None, deferred=None, deferred_opt=None)
         s.model = self
 
     # ------------------------------------------------------------- attribute access
@@ -304,6 +306,13 @@ class DistributedModel(torch.nn.Module):
                     f"this rank's partition (e.g. '{missing[0]}'): it was saved with another partitioning; "
                     f"use smp.resume_from_checkpoint, which merges every partition's file")
             self._smp.partial_keys = None
+        deferred, deferred_opt = self._smp.deferred, self._smp.deferred_opt
+        self._smp.deferred = self._smp.deferred_opt = None
+        if deferred is not None:     # sharded data parallelism: shards loaded before partitioning
+            self.load_state_dict(deferred[0], strict=deferred[1])
+        if deferred_opt is not None:
+            for opt in s.optimizers:
+                load_optimizer_state(opt, deferred_opt)
         for opt in s.optimizers:
             opt._smp_prune()
         for hook in list(self._smp.hooks):
@@ -349,8 +358,12 @@ class DistributedModel(torch.nn.Module):
 
     # ------------------------------------------------------------- state
     def local_state_dict(self, *args, **kwargs) -> Dict[str, Any]:
-        sd = collections.OrderedDict((k, v) for k, v in self.module.state_dict().items() if self._owned(k))
+        """This rank's part: its partition's tensors, its tensor-parallel pieces, and under sharded data
+        parallelism its shards (marked ``_smp_sdp_shards``)."""
+        sd = collections.OrderedDict((k, _local(v)) for k, v in self.module.state_dict().items() if self._owned(k))
         sd["_smp_is_partial"] = True
+        if require().cfg.sharded_data_parallel_degree > 1:
+            sd["_smp_sdp_shards"] = True
         return sd
 
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False, **kw):
@@ -368,7 +381,7 @@ class DistributedModel(torch.nn.Module):
         """Every partition's tensors on the CPU (a collective over the replica); with `whole_tensors`
         the tensor-parallel pieces are joined (a collective over the TP group)."""
         s = require()
-        local = {k: v.detach() for k, v in self.local_state_dict().items() if k != "_smp_is_partial"}
+        local = {k: _whole(v.detach()) for k, v in self.module.state_dict().items() if self._owned(k)}
         if whole_tensors and s.tp_size > 1:
             local = TP.join_pieces(self.module, local, s.tpg, s.tp_size)
         local = {k: v.cpu() for k, v in local.items()}
@@ -410,8 +423,12 @@ class DistributedModel(torch.nn.Module):
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         sd = dict(state_dict)
         partial = bool(sd.pop("_smp_is_partial", False))
+        shards = bool(sd.pop("_smp_sdp_shards", False))
         rt = self._smp.rt
         s = require()
+        if shards and rt is None:    # sharded data parallelism's shards exist once the model is partitioned
+            self._smp.deferred = (dict(state_dict), strict)
+            return torch.nn.modules.module._IncompatibleKeys([], [])
         if not partial:
             sd = TP.to_distributed_names(sd, self._smp.replaced, set(self.module.state_dict(keep_vars=True)))
             if s.tp_size > 1:
@@ -434,13 +451,38 @@ class DistributedModel(torch.nn.Module):
         with torch.no_grad():
             for n, t in own.items():
                 if n in sd:
-                    t.copy_(sd[n])
+                    _copy_into(t, sd[n], shard=shards)
         return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
 
     # ------------------------------------------------------------- gradients
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Clips the gradients of the whole model by their total norm over every partition."""
         return clip.clip_grad_norm_(self.parameters(), max_norm, norm_type)
+
+
+def _is_dtensor(t: Any) -> bool:
+    return isinstance(t, DTensor)
+
+
+def _local(t: Any) -> Any:
+    """A sharded data-parallel parameter's shard on this rank (other tensors as they are)."""
+    return t.to_local() if _is_dtensor(t) else t
+
+
+def _whole(t: Any) -> Any:
+    """A sharded data-parallel parameter's whole tensor (a collective over its mesh)."""
+    return t.full_tensor() if _is_dtensor(t) else t
+
+
+def _copy_into(t: torch.Tensor, value: torch.Tensor, shard: bool) -> None:
+    """Loads `value` into `t`: a whole tensor, or (`shard`) this rank's shard of a sharded data-parallel
+    parameter; a whole tensor goes into such a parameter as its shard of it (a collective over its mesh)."""
+    if not _is_dtensor(t):
+        t.copy_(value)
+    elif shard:
+        t.to_local().copy_(value)
+    else:
+        t.to_local().copy_(distribute_tensor(value.to(t.device), t.device_mesh, t.placements).to_local())
 
 
 class _Call:
