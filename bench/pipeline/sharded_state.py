@@ -24,8 +24,9 @@ its optimizer step:
 - optimizer: the tensors of the optimizer state the rank holds (AdamW's
   exp_avg, exp_avg_sq, step), and with shard_optimizer_state those of the
   inner optimizer that steps this rank's slices (optimizer_shard.py) plus the
-  master slices it steps (a float32 copy of every owned slice, also in fp32
-  training); the outer optimizer then holds none;
+  master slices it steps where they are copies (float32 ones with fp16/bf16;
+  in fp32 training they are views of the parameters and hold nothing); the
+  outer optimizer then holds none;
 - peak RSS (VmHWM) over the timed steps, reset after the warm-up (glibc's
   mmap threshold at 64 KiB, as activation_memory.py).
 
@@ -177,6 +178,9 @@ def smp_memory(model, opt):
         state, masters = state_tensors(opt), [m for _, m in opt._smp_pairs()]
     reducer = getattr(model._smp.rt, "reducer", None)
     bufs = [t for b in (reducer.buckets if reducer else []) for t in (b.flat, b.shard)]
+    # a master that is a view of its parameter's own elements (fp32 training) holds no bytes of its own
+    held = {_local(p).untyped_storage().data_ptr() for p in params}
+    masters = [m for m in masters if _local(m).untyped_storage().data_ptr() not in held]
     return {"params": nbytes(params), "grads": nbytes(p.grad for p in params),
             "opt_state": nbytes(state), "masters": nbytes(masters), "reducer": nbytes(bufs),
             # parameters stored whole on this rank (neither tensor-parallel nor FSDP-sharded)

@@ -19,6 +19,11 @@ Usage: mp_tp_worker.py JOB SUITE[:key=value,...] ...   (the world size is the ha
   sharded_data_parallel_degree 2: training equals one process; the full model checkpoint (the
   optimizer's full state is refused) equals the plain model trained alike; a partial checkpoint
   (every rank's shards) resumes in the layout, the next steps those of an uninterrupted run.
+- ``registration``: smp.tp_register_with_module with init/forward/return hooks replaces a user's
+  block by DistributedTransformerLayer, called with the block's own signature; nn.Linear built
+  inside smp.tensor_parallelism() becomes DistributedLinear with the original's weights, one
+  built inside a nested enabled=False context does not; set_tensor_parallelism(module, False)
+  keeps a module; one sharing a weight with a module outside it stays whole.
 - ``errors``: heads or vocabulary that do not divide over the TP ranks, and a distributed module
   built before ``smp.init`` (for a one-rank TP group), are errors on every rank that name them.
 """
@@ -264,6 +269,62 @@ def sharded(kind):
     close(train(model, opt, data[3:]), after, f"{kind}: losses after resuming the partial checkpoint")
 
 
+class Block(torch.nn.Module):
+    """A user's transformer block, functionally SageMaker's reference layer (post-layernorm)."""
+
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(hidden, heads, batch_first=True)
+        self.norm = torch.nn.LayerNorm(hidden)
+
+    def forward(self, x, pad):
+        return self.norm(x + self.attn(x, x, x, key_padding_mask=pad)[0])
+
+
+def registration():
+    """tp_register with its three hooks; nn.Linear under smp.tensor_parallelism() (nested contexts:
+    the innermost decides); set_tensor_parallelism(module, False); a module sharing a weight with one
+    outside it stays whole."""
+    smp.init(smp_config(2, 1))
+    smp.tp_register_with_module(
+        Block, smp.nn.DistributedTransformerLayer,
+        init_hook=lambda hidden, heads: ((), {"num_attention_heads": heads, "attention_head_size": hidden // heads,
+                                              "hidden_size": hidden, "intermediate_size": 4 * hidden,
+                                              "attention_dropout_prob": 0.0, "hidden_dropout_prob": 0.0}),
+        forward_hook=lambda x, pad: (((x, pad[:, None, None, :].float() * -1e4),), {}),
+        return_hook=lambda out: out[0])
+    torch.manual_seed(0)
+    with smp.tensor_parallelism():
+        outer = torch.nn.Linear(8, 16)
+        with smp.tensor_parallelism(enabled=False):
+            inner = torch.nn.Linear(16, 8)
+        block = Block(8, 2)
+        kept = Block(8, 2)
+        tied_a, tied_b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    tied_b.weight = tied_a.weight
+    smp.set_tensor_parallelism(kept, False)
+    net = torch.nn.ModuleDict({"outer": outer, "inner": inner, "block": block, "kept": kept,
+                               "tied_a": tied_a, "tied_b": tied_b})
+    x = torch.randn(4, 3, 8)
+    want = outer(x[smp.tp_rank() * 2:(smp.tp_rank() + 1) * 2])
+    model = smp.DistributedModel(net)
+    m = model.get_module()
+    assert isinstance(m["outer"], smp.nn.DistributedLinear) and m["outer"].weight.shape == (8, 8)
+    assert type(m["inner"]) is torch.nn.Linear, "a Linear built under enabled=False was distributed"
+    assert isinstance(m["block"], smp.nn.DistributedTransformerLayer), type(m["block"])
+    assert type(m["kept"]) is Block, "set_tensor_parallelism(module, False) did not keep it"
+    assert type(m["tied_a"]) is torch.nn.Linear and type(m["tied_b"]) is torch.nn.Linear, \
+        "a module sharing a weight with another was distributed"
+    assert model.is_distributed_parameter(m["outer"].weight) and not model.is_distributed_parameter(m["inner"].weight)
+    assert {n for n, _ in model.scaled_batch_reducer_named_parameters()} >= {"outer.weight", "outer.bias"}
+    rows = x[smp.tp_rank() * 2:(smp.tp_rank() + 1) * 2]
+    with torch.no_grad():
+        close(m["outer"](rows), want, "DistributedLinear from nn.Linear (the original's weights)")
+        pad = torch.zeros(2, 3, dtype=torch.bool)
+        out = m["block"](rows, pad)     # the user's call signature, through the hooks
+    assert out.shape == (2, 3, 8), out.shape
+
+
 def eval_plain(plain, ids):
     with torch.no_grad():
         return plain(input_ids=ids, labels=ids)["loss"].item()
@@ -296,7 +357,7 @@ def early_module():
 
 
 SUITES = {"parity": parity, "half": half, "checkpoints": checkpoints, "errors": errors,
-          "early_module": early_module, "sharded": sharded}
+          "early_module": early_module, "sharded": sharded, "registration": registration}
 
 
 def main():

@@ -14,7 +14,8 @@ WORKER = HERE / "mp_tp_worker.py"
 
 
 @pytest.mark.parametrize("world_size, suites", [
-    (2, ["early_module", "errors", "parity:tp=2,pp=1", "parity:tp=2,pp=1,prescaled=1", "half:tp=2"]),
+    (2, ["early_module", "errors", "registration", "parity:tp=2,pp=1", "parity:tp=2,pp=1,prescaled=1",
+         "half:tp=2"]),
     (4, ["parity:tp=2,pp=2", "parity:tp=2,pp=2,prescaled=1", "checkpoints"]),
     (8, ["parity:tp=2,pp=2"]),
     (4, ["parity:tp=2,pp=2,device=1"]),

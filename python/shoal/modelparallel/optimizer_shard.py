@@ -9,8 +9,9 @@ and rank k of the group owns slice k of every bucket. Per step:
 1. the reducer reduce-scatters each bucket: rank k receives the averaged
    gradient of its slice (``_Bucket.shard``);
 2. :class:`ShardedState` turns the slice into gradients of its *masters*: one
-   flat tensor per parameter piece that falls in the slice, float32 with
-   fp16/bf16 (divided by the loss scale), the parameter's dtype otherwise; an
+   flat tensor per parameter piece that falls in the slice, a float32 copy
+   with fp16/bf16 (gradients divided by the loss scale), otherwise a view of
+   the parameter's own elements (no second copy of the weights); an
    inner optimizer of the user's class, with the user's parameter groups and
    hyperparameters (synchronised from the outer groups at every step, so LR
    schedulers work), steps only the masters; the fp16 overflow is agreed by
@@ -88,8 +89,10 @@ class ShardedState:
                 a, c = max(off, lo), min(off + p.numel(), hi)
                 if a >= c or id(p) not in pos_of:
                     continue
-                dtype = torch.float32 if self.half is not None else p.dtype
-                m = p.detach().reshape(-1)[a - off:c - off].to(dtype).clone()
+                if self.half is None and p.is_contiguous():   # the parameter's own elements: no copy
+                    m = p.detach().view(-1)[a - off:c - off]
+                else:
+                    m = p.detach().reshape(-1)[a - off:c - off].to(torch.float32).clone()
                 i = pos_of[id(p)]
                 self.pieces.append(_Piece(bi, i, group_of[i], a - off, a - lo,
                                           torch.nn.Parameter(m, requires_grad=p.requires_grad)))
