@@ -86,6 +86,16 @@ const Spec kSpecs[] = {
     {"secret_file", "--secret-file", nullptr, false,
      "The job's secret, in hex (openssl rand -hex 32), the same on every node; default: SHOAL_SECRET, "
      "else one made for this job (see docs/security.md)"},
+    {"fault_tolerance", "--fault-tolerance", nullptr, false,
+     "none (default: one failed worker stops the job), shrink (the others go on, down to --min-ranks) or replace "
+     "(a replacement is started for a failed worker, SHOAL_REPLACEMENT set)"},
+    {"min_ranks", "--min-ranks", nullptr, false,
+     "With --fault-tolerance: the job fails when fewer ranks than this are left (default 1)"},
+    {"max_replacements", "--max-replacements", nullptr, false,
+     "With --fault-tolerance replace: replacements this node starts, at most (default 3); then as shrink"},
+    {"workers_store", "--workers-store", nullptr, false,
+     "Who hosts the workers' store on the master port: launcher (node 0's launcher, "
+     "TORCHELASTIC_USE_AGENT_STORE=True; the default with --fault-tolerance) or rank0 (rank 0, as before)"},
     {"event_log_handler", "--event-log-handler", "PET_EVENT_LOG_HANDLER", false,
      "null (default) or console (the launcher's events on stderr, as --verbose)"},
     {"logs_specs", "--logs-specs", nullptr, false, "Refused: shoalrun has no logs-specs plug-ins"},
@@ -319,6 +329,27 @@ ParsedCommandLine parse_command_line(int argc, char** argv) {
     if (o.role.empty()) throw UsageError(what("role") + " is empty");
   }
   if (has("secret_file")) o.secret_file = get("secret_file");
+  if (has("fault_tolerance")) {
+    o.fault_tolerance = get("fault_tolerance");
+    if (o.fault_tolerance != "none" && o.fault_tolerance != "shrink" && o.fault_tolerance != "replace") {
+      throw UsageError(what("fault_tolerance") + " " + o.fault_tolerance + ": must be none, shrink or replace");
+    }
+  }
+  if (has("min_ranks")) o.min_ranks = as_int(get("min_ranks"), what("min_ranks"), 1);
+  if (has("max_replacements")) o.max_replacements = as_int(get("max_replacements"), what("max_replacements"), 0);
+  const bool tolerant = o.fault_tolerance != "none";
+  if (has("workers_store")) {
+    o.workers_store = get("workers_store");
+    if (o.workers_store != "launcher" && o.workers_store != "rank0") {
+      throw UsageError(what("workers_store") + " " + o.workers_store + ": must be launcher or rank0");
+    }
+    if (tolerant && o.workers_store == "rank0") {
+      throw UsageError(what("workers_store") + " rank0: --fault-tolerance " + o.fault_tolerance +
+                       " needs the store outside the ranks (--workers-store launcher)");
+    }
+  } else {
+    o.workers_store = tolerant ? "launcher" : "rank0";
+  }
 
   if (has("log_dir")) {
     o.log_dir = get("log_dir");

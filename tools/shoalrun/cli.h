@@ -81,6 +81,16 @@ struct Options {
   std::string start_method = "spawn";  // accepted; workers are always fresh processes
   bool virtual_local_rank = false;
 
+  // Fault tolerance (docs/launcher.md, "Fault tolerance"; fault.h).
+  std::string fault_tolerance = "none";  // none, shrink or replace
+  int min_ranks = 1;                     // shrink/replace: fewer ranks left ends the job
+  int max_replacements = 3;              // replace: per node
+  // Who hosts the workers' store on MASTER_PORT: "launcher" (node 0's
+  // launcher; TORCHELASTIC_USE_AGENT_STORE=True) or "rank0" (rank 0 itself).
+  // Default: launcher with --fault-tolerance, else rank0.
+  std::string workers_store;
+  bool launcher_store() const { return workers_store == "launcher"; }
+
   // Output.
   std::string log_dir;  // where redirected/teed streams go (default: a new directory, as torchrun)
   StreamSpec redirects, tee;

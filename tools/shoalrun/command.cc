@@ -143,7 +143,7 @@ std::vector<std::string> worker_env(const Cluster& c, const Options& o, const Wo
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(w.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
       {"TORCHELASTIC_RUN_ID", o.rdzv_id},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_USE_AGENT_STORE", o.launcher_store() ? "True" : "False"},
       {"SHOAL_ERROR_FILE", w.error_file},
       {"TORCHELASTIC_ERROR_FILE", w.error_file},
       {"SHOAL_SECRET", secret_hex},
@@ -153,8 +153,12 @@ std::vector<std::string> worker_env(const Cluster& c, const Options& o, const Wo
   if (!o.local_addr.empty() && !shoal::env::is_set("SHOAL_ADVERTISE_ADDR")) {
     ours.emplace_back("SHOAL_ADVERTISE_ADDR", o.local_addr);
   }
+  if (o.fault_tolerance != "none") ours.emplace_back("SHOAL_FAULT_TOLERANCE", o.fault_tolerance);
   std::set<std::string> names;
   for (const auto& [k, v] : ours) names.insert(k);
+  // Set for replacements only (group.cc), never inherited; the mode only by the flag.
+  names.insert("SHOAL_REPLACEMENT");
+  names.insert("SHOAL_FAULT_TOLERANCE");
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');

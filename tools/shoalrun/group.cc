@@ -30,6 +30,8 @@ struct Live {
   WorkerSpec spec;
   pid_t pid = -1;
   bool running = false;
+  int incarnation = 0;  // 0; n for the n-th replacement of this rank
+  bool fenced = false;  // SIGKILLed because the store says it was excluded
 };
 
 class GroupRun {
@@ -47,25 +49,44 @@ class GroupRun {
   void start_all() {
     for (const auto& w : cfg_.workers) {
       if (tearing_down_) break;  // a worker could not start: do not start the rest
-      ::unlink(w.error_file.c_str());
       Live l;
       l.spec = w;
-      try {
-        SpawnedWorker s = spawn_worker(w.exec);
-        l.pid = s.pid;
-        l.running = true;
-        cfg_.guardian->track(s.pid);
-        mux_.add(w.rank, s.out_fd, s.err_fd, w.route);
-        vlog("started rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ") as pid " +
-             std::to_string(s.pid));
-        ++running_;
-      } catch (const std::exception& e) {
-        log("cannot start rank " + std::to_string(w.rank) + ": " + e.what());
-        WorkerExit x{w.rank, w.local_rank, 0, 1, 0};
-        note_exit(x);
-      }
+      start(&l);
       live_.push_back(l);
     }
+  }
+
+  // Starts one worker (a failure to start counts as its failure).
+  void start(Live* l) {
+    const WorkerSpec& w = l->spec;
+    ::unlink(w.error_file.c_str());
+    try {
+      SpawnedWorker s = spawn_worker(w.exec);
+      l->pid = s.pid;
+      l->running = true;
+      cfg_.guardian->track(s.pid);
+      mux_.add(w.rank, s.out_fd, s.err_fd, w.route);
+      vlog("started rank " + std::to_string(w.rank) + " (local rank " + std::to_string(w.local_rank) + ") as pid " +
+           std::to_string(s.pid) + (l->incarnation > 0 ? ", replacement " + std::to_string(l->incarnation) : ""));
+      ++running_;
+    } catch (const std::exception& e) {
+      log("cannot start rank " + std::to_string(w.rank) + ": " + e.what());
+      WorkerExit x{w.rank, w.local_rank, 0, 1, 0};
+      note_exit(x);
+      return;
+    }
+    if (cfg_.ledger) {
+      try {
+        cfg_.ledger->record_start(w.rank, l->incarnation);
+      } catch (const std::exception& e) {
+        ledger_trouble(e);
+      }
+    }
+  }
+
+  void ledger_trouble(const std::exception& e) {
+    if (!ledger_warned_) log(std::string("warning: the workers' store: ") + e.what());
+    ledger_warned_ = true;
   }
 
   void loop() {
@@ -98,6 +119,13 @@ class GroupRun {
       };
       if (kill_deadline_) clamp_to(*kill_deadline_);
       if (drain_deadline) clamp_to(*drain_deadline);
+      if (cfg_.ledger && running_ > 0 && !tearing_down_) {
+        if (now >= next_fence_) {
+          fence_excluded();
+          next_fence_ = after_seconds(cfg_.fence_interval_s);
+        }
+        clamp_to(next_fence_);
+      }
 
       std::vector<pollfd> fds;
       fds.push_back(pollfd{cfg_.signal_fd, POLLIN, 0});
@@ -224,8 +252,86 @@ class GroupRun {
         x.exit_code = 128 + x.signal;
       }
       vlog(describe_worker(x) + " " + describe_exit(x));
-      note_exit(x);
+      on_exit(static_cast<size_t>(w - live_.data()), x);
     }
+  }
+
+  // Kills the running workers whose rank the survivors excluded (fault.h:
+  // shoal/excluded/<rank> holds their incarnation or a later one).
+  void fence_excluded() {
+    for (auto& l : live_) {
+      if (!l.running || l.fenced) continue;
+      std::optional<int> ex;
+      try {
+        ex = cfg_.ledger->excluded(l.spec.rank);
+      } catch (const std::exception& e) {
+        ledger_trouble(e);
+        return;
+      }
+      if (!ex || *ex < l.incarnation) continue;
+      log("rank " + std::to_string(l.spec.rank) + " (pid " + std::to_string(l.pid) + ") was excluded by the " +
+          "other ranks (shoal/excluded/" + std::to_string(l.spec.rank) + " = " + std::to_string(*ex) +
+          ") and is still running: fencing it (SIGKILL)");
+      l.fenced = true;
+      signal_worker(l.pid, SIGKILL);
+    }
+  }
+
+  // A worker ended: record a failure in the store, then stop the job, or
+  // (fault tolerance) go on without it or replace it.
+  void on_exit(size_t index, const WorkerExit& x) {
+    const bool casualty = tearing_down_ || stopping_by_signal_ || result_.remote.has_value();
+    bool recorded = false;
+    if (x.failed() && !casualty && cfg_.ledger) {
+      try {
+        const int64_t seq =
+            cfg_.ledger->record_death(x, live_[index].incarnation, live_[index].fenced, cfg_.node_rank, cfg_.host);
+        vlog("recorded the death of rank " + std::to_string(x.rank) + " in the workers' store (shoal/death/" +
+             std::to_string(seq) + ")");
+        recorded = true;
+      } catch (const std::exception& e) {
+        ledger_trouble(e);
+      }
+    }
+    if (cfg_.fault_tolerance == FaultTolerance::kNone || !x.failed() || casualty || !recorded) {
+      note_exit(x);
+      return;
+    }
+    log(failure_summary(x, cfg_.node_rank, cfg_.host, mux_.tail(x.rank), live_[index].spec.error_file));
+    if (cfg_.fault_tolerance == FaultTolerance::kReplace && result_.replaced < cfg_.max_replacements) {
+      ++result_.replaced;
+      Live r;
+      r.spec = live_[index].spec;
+      r.incarnation = live_[index].incarnation + 1;
+      auto& env = r.spec.exec.env;
+      env.erase(std::remove_if(env.begin(), env.end(),
+                               [](const std::string& e) { return e.rfind("SHOAL_REPLACEMENT=", 0) == 0; }),
+                env.end());
+      env.push_back("SHOAL_REPLACEMENT=" + std::to_string(r.incarnation));
+      log("starting a replacement for rank " + std::to_string(x.rank) + " (replacement " +
+          std::to_string(result_.replaced) + " of at most " + std::to_string(cfg_.max_replacements) +
+          " on this node)");
+      start(&r);
+      live_.push_back(r);
+      return;
+    }
+    int64_t alive = 0;
+    try {
+      alive = cfg_.ledger->alive(cfg_.world_size);
+    } catch (const std::exception& e) {
+      ledger_trouble(e);
+      note_exit(x);
+      return;
+    }
+    const std::string left = std::to_string(alive) + " of " + std::to_string(cfg_.world_size) + " ranks";
+    if (alive < cfg_.min_ranks) {
+      log(left + " are left, fewer than --min-ranks " + std::to_string(cfg_.min_ranks) + ": stopping the job");
+      note_exit(x);
+      return;
+    }
+    ++result_.tolerated;
+    log("going on without rank " + std::to_string(x.rank) + ": " + left + " are left (--fault-tolerance " +
+        fault_tolerance_name(cfg_.fault_tolerance) + ", --min-ranks " + std::to_string(cfg_.min_ranks) + ")");
   }
 
   void note_exit(const WorkerExit& x) {
@@ -246,6 +352,8 @@ class GroupRun {
   bool tearing_down_ = false;
   bool stopping_by_signal_ = false;
   std::optional<Clock::time_point> kill_deadline_;
+  Clock::time_point next_fence_ = Clock::now();
+  bool ledger_warned_ = false;
   GroupResult result_;
 };
 

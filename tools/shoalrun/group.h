@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fault.h"
 #include "output.h"
 #include "process.h"
 #include "summary.h"
@@ -61,6 +62,24 @@ struct GroupConfig {
   // that other nodes hear of it while this node is still stopping.
   std::function<void(const WorkerExit&)> on_failure;
   std::function<void(int sig)> on_stop_signal;
+
+  // The workers' store's records (fault.h); null when the launcher does not
+  // host the store: nothing is recorded and nothing fenced. With it, every
+  // failed worker's death is recorded at once (not those the launcher stops
+  // itself), and a running worker whose rank the store says was excluded is
+  // SIGKILLed (fenced), looked at every fence_interval_s.
+  Ledger* ledger = nullptr;
+  double fence_interval_s = 0.25;
+  int node_rank = 0;
+  std::string host;
+  // kShrink: a failed worker does not stop the others while at least
+  // min_ranks of world_size ranks are left, job-wide (from the store's
+  // records); kReplace: first start a replacement for it, up to
+  // max_replacements on this node (SHOAL_REPLACEMENT=<its incarnation>).
+  FaultTolerance fault_tolerance = FaultTolerance::kNone;
+  int min_ranks = 1;
+  int max_replacements = 0;
+  int world_size = 0;
 };
 
 struct GroupResult {
@@ -69,6 +88,8 @@ struct GroupResult {
   std::string failure_error_file;
   int stop_signal = 0;                      // a terminating signal shoalrun received
   std::optional<RemoteEvent> remote;        // stopped because of another node
+  int tolerated = 0;                        // failed workers the job went on without
+  int replaced = 0;                         // replacements started
 
   bool ok() const { return !first_failure && stop_signal == 0 && !remote; }
   // The exit code this outcome gives the launcher.

@@ -27,11 +27,13 @@
 #include "cli.h"
 #include "cluster.h"
 #include "command.h"
+#include "fault.h"
 #include "group.h"
 #include "log.h"
 #include "process.h"
 #include "rendezvous.h"
 #include "summary.h"
+#include "workers_store.h"
 
 namespace shoalrun {
 namespace {
@@ -120,6 +122,10 @@ void print_dry_run(const Options& o, const Cluster& c, const WorkerCommand& cmd)
       {"role", o.role},
       {"local_addr", o.local_addr},
       {"virtual_local_rank", o.virtual_local_rank ? "1" : "0"},
+      {"workers_store", o.workers_store},
+      {"fault_tolerance", o.fault_tolerance},
+      {"min_ranks", std::to_string(o.min_ranks)},
+      {"max_replacements", std::to_string(o.max_replacements)},
       {"log_dir", o.log_dir},
       {"redirects", stream_spec_text(o.redirects)},
       {"tee", stream_spec_text(o.tee)},
@@ -166,6 +172,8 @@ class Launcher {
     sigfd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     const int code = run_rounds();
     rdzv_.reset();
+    ledger_.reset();
+    store_.reset();  // after the workers: they may use it to the end
     guardian_.stop();  // removes the scratch directory
     return code;
   }
@@ -203,6 +211,7 @@ class Launcher {
         if (!join(&round, &code)) return code;
         restarts_used = rdzv_->restarts_used();
       }
+      if (!host_workers_store()) return 1;
       const GroupResult r = run_once(round, restarts_used, omp);
       if (r.first_failure && !r.remote) {
         log(failure_summary(*r.first_failure, c_.node_rank, c_.node_name, r.failure_tail, r.failure_error_file));
@@ -210,6 +219,10 @@ class Launcher {
         log("stopped by " + signal_name(r.stop_signal));
       }
 
+      if (r.tolerated > 0 || r.replaced > 0) {
+        log("the workers went on after " + std::to_string(r.tolerated + r.replaced) + " failure(s) on this node (" +
+            std::to_string(r.replaced) + " replaced)");
+      }
       if (!rdzv_) {
         if (r.ok()) return 0;
         if (r.stop_signal == 0 && restarts_used < o_.max_restarts) {
@@ -322,8 +335,65 @@ class Launcher {
     return true;
   }
 
+  // Node 0's launcher hosts the workers' store (--workers-store launcher) for
+  // the whole job; each round starts without the last one's records.
+  bool host_workers_store() {
+    if (!o_.launcher_store() || c_.node_rank != 0) return true;
+    if (store_ && store_->port() == c_.master_port) {
+      store_->erase_prefix("shoal/");
+      return true;
+    }
+    ledger_.reset();
+    store_.reset();
+    const std::string host = c_.multi_node() ? "" : c_.master_addr;
+    try {
+      store_ = std::make_unique<WorkersStore>(host, static_cast<uint16_t>(c_.master_port), secret_);
+    } catch (const std::exception& e) {
+      if (c_.multi_node() || c_.master_port_given) {
+        log(std::string("error: ") + e.what());
+        return false;
+      }
+      // The free port chosen for this one-node job was taken since: another one.
+      store_ = std::make_unique<WorkersStore>(host, 0, secret_);
+      c_.master_port = store_->port();
+    }
+    vlog("hosting the workers' store on port " + std::to_string(c_.master_port) +
+         " (TORCHELASTIC_USE_AGENT_STORE=True)");
+    return true;
+  }
+
+  // This launcher's client of the workers' store (fault.h), or null when
+  // there is none. Throws when it is needed (fault tolerance) and unreachable.
+  Ledger* ledger() {
+    if (!o_.launcher_store()) return nullptr;
+    if (ledger_ && ledger_port_ == c_.master_port) return ledger_.get();
+    ledger_.reset();
+    const std::string host = c_.node_rank == 0 ? "127.0.0.1" : c_.master_addr;
+    try {
+      ledger_ = std::make_unique<Ledger>(host, c_.master_port, secret_.hex(), o_.rdzv_conf.read_timeout,
+                                         o_.rdzv_conf.heartbeat_timeout);
+      ledger_port_ = c_.master_port;
+    } catch (const std::exception& e) {
+      const std::string why = "cannot reach the workers' store at " + host + ":" + std::to_string(c_.master_port) +
+                              ": " + e.what();
+      if (o_.fault_tolerance != "none") throw std::runtime_error(why);
+      log("warning: " + why + "; worker deaths are not recorded there");
+    }
+    return ledger_.get();
+  }
+
   GroupResult run_once(int round, int restarts_used, const std::string& omp) {
     GroupConfig gc;
+    gc.ledger = ledger();
+    gc.fence_interval_s = o_.monitor_interval_s;
+    gc.node_rank = c_.node_rank;
+    gc.host = c_.node_name;
+    gc.fault_tolerance = o_.fault_tolerance == "shrink"    ? FaultTolerance::kShrink
+                         : o_.fault_tolerance == "replace" ? FaultTolerance::kReplace
+                                                           : FaultTolerance::kNone;
+    gc.min_ranks = o_.min_ranks;
+    gc.max_replacements = o_.max_replacements;
+    gc.world_size = c_.world_size();
     const std::string error_dir = o_.log_dir.empty() ? scratch_ : o_.log_dir;
     for (int l = 0; l < c_.nproc_per_node; ++l) {
       WorkerPlace p;
@@ -375,6 +445,9 @@ class Launcher {
   Guardian guardian_;
   int sigfd_ = -1;
   std::unique_ptr<LauncherRendezvous> rdzv_;
+  std::unique_ptr<WorkersStore> store_;  // node 0, --workers-store launcher
+  std::unique_ptr<Ledger> ledger_;
+  int ledger_port_ = 0;
 };
 
 // Where the log files go: --log-dir (made if missing), else, when a stream is
@@ -430,6 +503,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const auto& n : c.notes) log("note: " + n);
+  if (o.fault_tolerance == "none") {
+    for (const char* name : {"min_ranks", "max_replacements"}) {
+      if (o.given(name)) log("note: " + o.named(name) + " has no effect without --fault-tolerance");
+    }
+  } else if (!(c.c10d() && c.multi_node()) && o.min_ranks > c.world_size()) {
+    std::fprintf(stderr, "shoalrun: error: --min-ranks %d is more than the world size %d\n", o.min_ranks,
+                 c.world_size());
+    return 2;
+  }
   if (o.dry_run) {
     print_dry_run(o, c, cmd);
     return 0;
