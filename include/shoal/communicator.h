@@ -150,6 +150,26 @@ class Work {
 
 using WorkPtr = std::shared_ptr<Work>;
 
+// The outcome of Communicator::agree(): the same on every rank that returns it.
+struct Membership {
+  uint64_t epoch = 0;        // the agreement's epoch that decided it (>= 1)
+  std::vector<int> members;  // the communicator's ranks that go on, ascending
+};
+
+struct AgreeOptions {
+  // How long the agreement waits for a rank that is neither known lost nor
+  // checked in (a survivor that has not noticed the fault yet), and for the
+  // decision of a leader that stopped answering before it moves to the next
+  // epoch. Lost ranks found by the error's suspects or by their process
+  // having exited on this host are not waited for.
+  std::chrono::milliseconds window{std::chrono::seconds(10)};
+  // Ranks this rank believes lost, besides those the communicator's error
+  // names (Error::suspects()).
+  std::vector<int> suspects;
+  // The agreement gives up (TimeoutError) after this long in all.
+  std::chrono::milliseconds timeout{std::chrono::minutes(2)};
+};
+
 class CommunicatorImpl;
 
 class Communicator : public std::enable_shared_from_this<Communicator> {
@@ -247,6 +267,38 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
                const OpOptions& o = {});
   WorkPtr recv(void* buf, size_t count, DataType dt, int peer, int64_t tag = 0,
                const OpOptions& o = {});
+
+  // ---- Surviving a lost rank (docs/errors.md, "Recovery").
+  //
+  // agree(): the ranks of this communicator that are still running agree,
+  // through the store, on who goes on. Every rank that calls it returns the
+  // same Membership or throws: Aborted when the decision left it out (it
+  // was late, stopped or cut off), TimeoutError past `o.timeout`. It does
+  // not use the transport, so it works on a broken communicator. Epoch by
+  // epoch, under keys of this communicator that no other one uses: each
+  // rank checks in with whom it suspects; the leader (the lowest rank not
+  // known lost) waits until every rank not known lost has checked in (or
+  // `o.window`), and proposes the checked-in ranks; the store's
+  // compare-and-set makes the first proposal the decision, once and for
+  // all. A leader that dies is seen on its host and replaced in the same
+  // epoch; one that answers no more within `o.window` is voted out (the
+  // epoch is closed by the same compare-and-set) and the next epoch starts
+  // without it. Never two memberships.
+  Membership agree(const AgreeOptions& o = {});
+  // A fresh communicator over `m.members` (this rank must be one; rank i of
+  // the new one is m.members[i]), called by every member with the same `m`:
+  // aborts this one locally first (never waiting for a peer), then wires a
+  // new root communicator with its own connections under store keys no
+  // communicator used before, a new id and a new secret, so that nothing of
+  // this one (a half-written frame, a stale or resumed rank's hello) reaches
+  // it. Options: this communicator's.
+  std::shared_ptr<Communicator> shrink(const Membership& m);
+  // agree() then shrink(): what a survivor calls after an operation failed.
+  std::shared_ptr<Communicator> recover(const AgreeOptions& o = {});
+
+  // This communicator's id: the same on every rank, different for every
+  // communicator the job makes (drawn by its rank 0).
+  uint64_t id() const;
 
   // Breaks the communicator: pending and later operations fail with Aborted.
   void abort(const std::string& reason);

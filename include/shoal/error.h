@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace shoal {
 
@@ -25,9 +26,16 @@ class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& what) : std::runtime_error(what), code_(code) {}
   ErrorCode code() const noexcept { return code_; }
+  // The ranks (of the communicator that raised it) this error blames: the
+  // lost peer of a PeerLost, the ranks that did not answer the roll call of
+  // a timeout. Empty when it blames no one. What Communicator::agree()
+  // starts from.
+  const std::vector<int>& suspects() const noexcept { return suspects_; }
+  void set_suspects(std::vector<int> s) { suspects_ = std::move(s); }
 
  private:
   ErrorCode code_;
+  std::vector<int> suspects_;
 };
 
 class InvalidArgument : public Error {
@@ -41,7 +49,9 @@ class TimeoutError : public Error {
 class PeerLost : public Error {
  public:
   // `peer` is the rank that was lost (-1 when unknown, e.g. the store host).
-  PeerLost(const std::string& w, int peer) : Error(ErrorCode::kPeerLost, w), peer_(peer) {}
+  PeerLost(const std::string& w, int peer) : Error(ErrorCode::kPeerLost, w), peer_(peer) {
+    if (peer >= 0) set_suspects({peer});
+  }
   int peer() const noexcept { return peer_; }
 
  private:

@@ -31,6 +31,13 @@ class Store {
   // Blocks until every key exists; TimeoutError after `timeout`.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   virtual bool remove(const std::string& key) = 0;
+  // Atomically: when `key` holds `expected` (or is absent and `expected` is
+  // empty), stores `desired`. Returns what `key` holds afterwards (`desired`
+  // when the swap happened, else the value that stayed; empty when the key
+  // is absent and `expected` was not empty), as c10d's compareSet. The
+  // agreement on who survives a fault (Communicator::agree) needs it; a
+  // store without it throws InvalidArgument (the default).
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired);
 
   virtual std::chrono::milliseconds timeout() const = 0;
   virtual void set_timeout(std::chrono::milliseconds t) = 0;
@@ -89,6 +96,7 @@ class TcpStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool remove(const std::string& key) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   std::chrono::milliseconds timeout() const override;
   void set_timeout(std::chrono::milliseconds t) override;
 
@@ -111,6 +119,7 @@ class PrefixStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool remove(const std::string& key) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   std::chrono::milliseconds timeout() const override;
   void set_timeout(std::chrono::milliseconds t) override;
 

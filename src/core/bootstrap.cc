@@ -79,6 +79,21 @@ void resolve_timeout(Options& opts, const std::string& who) {
 
 }  // namespace
 
+namespace core {
+// The keys of one communicator, never those of an earlier one made under the
+// same prefix (torch reuses a group's name, and so its store prefix, after
+// destroy_process_group): each rank counts the communicators it has made
+// under `prefix` ("arrivals/<rank>"); every rank makes the same ones in the
+// same order, so the counts agree. The first lives at `prefix` itself, the
+// n-th at "<prefix>/<n>".
+std::shared_ptr<Store> incarnation(const std::shared_ptr<Store>& store, const std::string& prefix, int rank) {
+  auto scoped = std::make_shared<PrefixStore>(prefix, store);
+  const int64_t n = scoped->add("arrivals/" + std::to_string(rank), 1);
+  if (n == 1) return scoped;
+  return std::make_shared<PrefixStore>(std::to_string(n), scoped);
+}
+}  // namespace core
+
 std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    Options opts) {
   if (!store) throw InvalidArgument("store: null");
@@ -94,7 +109,7 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
     name = buf;
   }
   opts.name = name;  // the observer names the communicator in what it writes
-  auto scoped = std::make_shared<PrefixStore>("shoal/" + name, store);
+  auto scoped = core::incarnation(store, "shoal/" + name, rank);
   if (opts.advertise_host.empty()) opts.advertise_host = env::get("SHOAL_ADVERTISE_ADDR").value_or("");
   if (opts.advertise_host.empty()) {
     std::string target;
@@ -128,7 +143,9 @@ std::shared_ptr<Communicator> Communicator::split(const std::vector<int>& ranks,
   if (me < 0) throw InvalidArgument(who + "ranks: this rank (" + std::to_string(rank()) + ") is not among them");
   resolve_timeout(opts, who);
   if (opts.name.empty()) opts.name = "group";  // `store` is the group's own
-  auto scoped = std::make_shared<PrefixStore>("shoal/" + opts.name, store);
+  // Counted per process (its root rank): ranks that disagree on the list
+  // may both think they are member `me`.
+  auto scoped = core::incarnation(store, "shoal/" + opts.name, impl_->root_rank());
   auto impl = std::make_unique<CommunicatorImpl>(shared_from_this(), *impl_, std::move(scoped), me, ranks,
                                                  std::move(opts));
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));

@@ -132,6 +132,7 @@ int Communicator::rank() const { return impl_->rank_; }
 int Communicator::size() const { return impl_->size_; }
 void Communicator::abort(const std::string& reason) { impl_->abort(reason); }
 std::exception_ptr Communicator::error() const { return impl_->error(); }
+uint64_t Communicator::id() const { return impl_->uid(); }
 
 namespace {
 

@@ -48,13 +48,20 @@ struct Wired {
 // (TCP; shared memory for this host unless SHOAL_SHM=0; the hybrid over
 // them), all handed `live`, and publishes where this rank listens.
 // `shm_mode` and `tcp_congestion` are SHOAL_SHM and SHOAL_TCP_CONGESTION, checked.
+// `fresh_secret`: a communicator made by Communicator::shrink, whose secret
+// must differ from the job's even when SHOAL_SECRET gives one (rank 0 draws
+// a salt; the secret is HMAC(SHOAL_SECRET, salt)).
 Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode,
-           const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live);
+           const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live,
+           bool fresh_secret = false);
+// `store` under `prefix`, or under "<prefix>/<n>" for this rank's n-th
+// communicator there (n > 1): a fresh scope each time (core/bootstrap.cc).
+std::shared_ptr<Store> incarnation(const std::shared_ptr<Store>& store, const std::string& prefix, int rank);
 }  // namespace core
 
 class CommunicatorImpl final : public core::Runner {
  public:
-  CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts);
+  CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts, bool fresh_secret = false);
   // A group of `parent`'s ranks `members` (parent numbering; this rank is
   // members[rank]) that shares the parent's transport (Communicator::split).
   // `keep` holds the parent alive as long as the group.
@@ -70,6 +77,13 @@ class CommunicatorImpl final : public core::Runner {
   // for a group split from a parent, R counting the root's ranks).
   std::string prefix(const Op& op) const override;
   const std::string& label() const { return label_; }
+  uint64_t uid() const { return uid_; }
+  int root_rank() const { return root_->rank_; }  // this process's rank in the root communicator
+  // For recovery (core/recovery.cc): the communicator's prefixed store, its
+  // liveness, and the advertised address of the transport it runs on.
+  const std::shared_ptr<Store>& store() const { return store_; }
+  core::JobLiveness& liveness() { return *live_; }
+  const std::string& advertise_host() const { return root_->opts_.advertise_host; }
 
   const int rank_;
   const int size_;

@@ -4,6 +4,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shoal/error.h"
 
@@ -22,6 +23,7 @@ struct AbortRecord {
   ErrorCode code = ErrorCode::kInternal;
   int peer = -1;      // the lost rank for kPeerLost
   int detector = -1;  // the rank that saw it first
+  std::vector<int> suspects;  // Error::suspects()
   std::string message;
 
   std::string encode() const;

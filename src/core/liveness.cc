@@ -93,6 +93,12 @@ std::exception_ptr JobLiveness::peer_gone(int peer) {
               "its process (pid " + proc::pid_of(token) + " on this machine) has exited");
 }
 
+bool JobLiveness::process_gone(int peer) {
+  if (!is_root()) return root().process_gone(to_wire(peer));
+  const std::string token = process_token(peer);
+  return token != "-" && proc::probe(token) == proc::Liveness::kGone;
+}
+
 // A wait reached its deadline: call the roll, so that the error names the
 // ranks the job waits for (roll_call.h), not just the peer this rank waited
 // for, which may itself be waiting for them.
@@ -104,7 +110,9 @@ std::exception_ptr JobLiveness::timed_out(const std::string& waiting) {
   if (auto first = abort_record()) return first;
   auto silent = roll_call_.silent();
   std::string msg = "timed out waiting for " + waiting;  // also when no roll call was made
+  std::vector<int> suspects;
   if (silent && !silent->empty()) {
+    suspects = *silent;
     msg = "timed out: " + core::describe_silent(*silent) +
           " a roll call before the deadline (stopped, hung, or busy outside this communicator); rank " +
           std::to_string(c_.rank_) + " was waiting for " + waiting;
@@ -112,7 +120,9 @@ std::exception_ptr JobLiveness::timed_out(const std::string& waiting) {
     msg += "; every rank answered a roll call, so all are alive and waiting in shoal (operations that "
            "do not match across ranks?)";
   }
-  return std::make_exception_ptr(TimeoutError(msg));
+  TimeoutError e(msg);
+  e.set_suspects(std::move(suspects));
+  return std::make_exception_ptr(e);
 }
 
 // Beside the stall inspector's report of who has joined (core/stall_inspector.h):

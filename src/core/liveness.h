@@ -48,6 +48,9 @@ class JobLiveness final : public transport::Liveness {
   void still_waiting(double waited_s, const std::string& waiting) override;
   std::string describe(const transport::Fingerprint& fp) override { return describe_fingerprint(fp); }
 
+  // Whether `peer`'s process, on this host, has exited (false when it runs
+  // elsewhere or this cannot tell). No side effect.
+  bool process_gone(int peer);
   // Another rank's published cause, or null.
   std::exception_ptr abort_record();
   // This communicator's roll call (answered by its blocked sends and receives).

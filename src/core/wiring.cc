@@ -79,16 +79,38 @@ uint64_t agree_on_job(Store& store, int rank) {
 // The job's secret, which every connection proves (docs/security.md):
 // SHOAL_SECRET, else one that rank 0 makes for this communicator and shares
 // through the store (which then guards it no better than the store itself).
-auth::Secret agree_on_secret(Store& store, int rank) {
+// `fresh`: a shrunk communicator's; with SHOAL_SECRET, rank 0 adds a salt
+// ("SHOAL_SECRET <salt>") and the secret is HMAC(SHOAL_SECRET, salt), so that
+// no rank of the old communicator that is not in the new one can prove it
+// by knowing the job's secret and the old communicator's id alone.
+auth::Secret salted(const auth::Secret& secret, const std::string& salt) {
+  const std::string msg = "shoal shrunk communicator " + salt;
+  const auth::Mac m = auth::hmac(secret, msg.data(), msg.size());
+  return auth::Secret::from_hex(auth::to_hex(m.data(), m.size()), "the shrunk communicator's secret");
+}
+
+auth::Secret agree_on_secret(Store& store, int rank, bool fresh) {
   auth::Secret secret = auth::Secret::from_env();
   const std::string kFromEnv = "SHOAL_SECRET";
   if (rank == 0) {
     const bool from_env = !secret.empty();
     if (!from_env) secret = auth::Secret::random();
-    store.set_str("secret", from_env ? kFromEnv : secret.hex());
-    return secret;
+    std::string salt;
+    if (from_env && fresh) {
+      uint8_t b[16];
+      auth::random_bytes(b, sizeof(b));
+      salt = auth::to_hex(b, sizeof(b));
+    }
+    store.set_str("secret", from_env ? kFromEnv + (salt.empty() ? "" : " " + salt) : secret.hex());
+    return salt.empty() ? secret : salted(secret, salt);
   }
-  const std::string shared = store.get_str("secret");
+  std::string shared = store.get_str("secret");
+  std::string salt;
+  if (shared.rfind(kFromEnv + " ", 0) == 0) {
+    salt = shared.substr(kFromEnv.size() + 1);
+    shared = kFromEnv;
+  }
+  if (!salt.empty() && !secret.empty()) return salted(secret, salt);
   if ((shared == kFromEnv) != !secret.empty()) {
     throw InvalidArgument(std::string("SHOAL_SECRET: set on ") + (secret.empty() ? "rank 0" : "this rank") +
                           " but not on " + (secret.empty() ? "this rank" : "rank 0") +
@@ -100,10 +122,11 @@ auth::Secret agree_on_secret(Store& store, int rank) {
 }  // namespace
 
 Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode,
-           const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live) {
+           const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live,
+           bool fresh_secret) {
   Wired w;
   w.job = agree_on_job(store, rank);
-  w.secret = agree_on_secret(store, rank);
+  w.secret = agree_on_secret(store, rank, fresh_secret);
   transport::tcp::TcpOptions t;
   t.rank = rank;
   t.size = size;
@@ -145,7 +168,8 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
 
 }  // namespace core
 
-CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts)
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts,
+                                   bool fresh_secret)
     : rank_(rank),
       size_(size),
       opts_(std::move(opts)),
@@ -157,7 +181,8 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   crowded_ = host_.crowded(host_.local_ranks);
   label_ = "shoal rank " + std::to_string(rank_);
   live_ = std::make_unique<core::JobLiveness>(*this);
-  core::Wired w = core::wire(*store_, rank_, size_, opts_, shm_mode_, tcp_congestion_, host_, *live_);
+  core::Wired w =
+      core::wire(*store_, rank_, size_, opts_, shm_mode_, tcp_congestion_, host_, *live_, fresh_secret);
   uid_ = w.job;
   secret_ = w.secret;
   hybrid_ = std::move(w.hybrid);

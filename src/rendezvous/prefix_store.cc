@@ -33,6 +33,15 @@ void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::millis
 
 bool PrefixStore::remove(const std::string& key) { return base_->remove(full(key)); }
 
+Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  return base_->compare_set(full(key), expected, desired);
+}
+
+Bytes Store::compare_set(const std::string& key, const Bytes&, const Bytes&) {
+  throw InvalidArgument("store: compare_set of key '" + key +
+                        "': this store cannot compare and set (recovery after a fault needs it)");
+}
+
 std::chrono::milliseconds PrefixStore::timeout() const { return base_->timeout(); }
 
 void PrefixStore::set_timeout(std::chrono::milliseconds t) { base_->set_timeout(t); }

@@ -44,7 +44,7 @@
 
 namespace shoal::store_proto {
 
-enum class Cmd : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kDelete = 6 };
+enum class Cmd : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kDelete = 6, kCompareSet = 7 };
 enum class Status : uint8_t { kOk = 0, kError = 1 };
 
 inline constexpr size_t kMaxKey = 4096;              // bytes per key
@@ -62,6 +62,7 @@ inline const char* cmd_name(Cmd c) {
     case Cmd::kCheck: return "CHECK";
     case Cmd::kWait: return "WAIT";
     case Cmd::kDelete: return "DELETE";
+    case Cmd::kCompareSet: return "COMPARE_SET";
   }
   return "?";
 }
@@ -169,7 +170,8 @@ class Reader {
 struct Request {
   Cmd cmd = Cmd::kSet;
   std::string_view key;                // SET, GET, ADD, DELETE
-  std::string_view value;              // SET
+  std::string_view value;              // SET; COMPARE_SET: the desired value
+  std::string_view expected;           // COMPARE_SET
   int64_t delta = 0;                   // ADD
   std::vector<std::string_view> keys;  // CHECK, WAIT
 };
@@ -192,6 +194,11 @@ inline bool parse_request(const uint8_t* body, size_t n, Request* out) {
     case Cmd::kAdd:
       out->key = r.str(kMaxKey);
       out->delta = r.i64();
+      return r.done();
+    case Cmd::kCompareSet:
+      out->key = r.str(kMaxKey);
+      out->expected = r.str(kMaxValue);
+      out->value = r.str(kMaxValue);
       return r.done();
     case Cmd::kCheck:
     case Cmd::kWait: {

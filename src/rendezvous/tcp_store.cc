@@ -310,6 +310,22 @@ bool TcpStore::remove(const std::string& key) {
   return r[0] != 0;
 }
 
+Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  check_key(key);
+  if (expected.size() > store_proto::kMaxValue || desired.size() > store_proto::kMaxValue) {
+    throw InvalidArgument("store: COMPARE_SET of key '" + key + "': a value exceeds the " +
+                          std::to_string(store_proto::kMaxValue) + "-byte limit");
+  }
+  Bytes f;
+  Writer w(&f);
+  w.u8(static_cast<uint8_t>(Cmd::kCompareSet));
+  w.str(key);
+  w.bytes(expected);
+  w.bytes(desired);
+  w.end();
+  return impl_->call_key(Cmd::kCompareSet, f, key);
+}
+
 milliseconds TcpStore::timeout() const { return impl_->timeout(); }
 
 void TcpStore::set_timeout(milliseconds t) { impl_->timeout_ms.store(t.count(), std::memory_order_relaxed); }

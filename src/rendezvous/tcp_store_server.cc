@@ -419,6 +419,23 @@ bool StoreServer::handle(uint64_t id, Conn& c, const store_proto::Request& req) 
       reply_u8(&c.out, data_.erase(std::string(req.key)) > 0);
       return true;
     }
+    case Cmd::kCompareSet: {
+      std::string key(req.key);
+      auto it = data_.find(key);
+      const bool absent = it == data_.end();
+      const bool match = absent ? req.expected.empty()
+                                : std::string_view(reinterpret_cast<const char*>(it->second->data()),
+                                                   it->second->size()) == req.expected;
+      if (match) {
+        const auto* v = reinterpret_cast<const uint8_t*>(req.value.data());
+        data_[key] = std::make_shared<const Bytes>(v, v + req.value.size());
+        reply_value(c, data_[key]);
+        notify(key);
+      } else {
+        reply_value(c, absent ? std::make_shared<const Bytes>() : it->second);
+      }
+      return true;
+    }
   }
   return false;  // unknown command (parse_request refuses those)
 }

@@ -84,6 +84,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (auto k : req.keys) (void)model.count(std::string(k));
         break;
       case Cmd::kDelete: model.erase(std::string(req.key)); break;
+      case Cmd::kCompareSet: {
+        auto it = model.find(std::string(req.key));
+        if (it == model.end() ? req.expected.empty() : it->second == req.expected) {
+          model[std::string(req.key)] = std::string(req.value);
+        }
+        break;
+      }
     }
   }
   return 0;
