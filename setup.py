@@ -138,9 +138,7 @@ setup(
     distclass=BinaryDistribution,
     cmdclass={"build_ext": CMakeBuild},
     install_requires=torch_requirement(),
-    # The TensorFlow ops are built when tensorflow is importable at build time
-    # (install it first; docs/tensorflow.md).
-    extras_require={"tensorflow": ["tensorflow-cpu>=2.16"]},
+    # The extras (tensorflow, torchft) are pyproject.toml's [project.optional-dependencies].
     # setuptools' own folders stay out of the CMake tree's build/lib.
     options={"build": {"build_base": "build/pip"}},
 )

@@ -21,9 +21,14 @@ ACCELERATE_VERSION=1.15.0
 # tests (tests/tensorflow); `make build` builds the ops against it. It adds
 # about 600 MB to .venv and does not touch torch's pins (it brings keras 3).
 TENSORFLOW_VERSION=2.21.0
-PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn expecttest
+# torchft: shoal.torchft (ProcessGroupShoal for torchft's Manager) and its tests
+# (tests/python/test_torchft.py, which also runs torchft's own process-group
+# and Manager tests: they import parameterized). Pure Python plus its Rust
+# lighthouse inside the wheel; its torch>=2.7 resolves to the pinned torch.
+TORCHFT_VERSION=0.2.0
+PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn expecttest parameterized
              "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}"
-             "tensorflow-cpu==${TENSORFLOW_VERSION}")
+             "tensorflow-cpu==${TENSORFLOW_VERSION}" "torchft==${TORCHFT_VERSION}")
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -56,11 +61,11 @@ if [[ "${1:-}" == "--python" ]]; then
   have=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
   need_install=0
   [[ "$have" == "$TORCH_VERSION" ]] || need_install=1
-  for m in numpy matplotlib pytest sklearn expecttest; do
+  for m in numpy matplotlib pytest sklearn expecttest parameterized; do
     .venv/bin/python -c "import $m" 2>/dev/null || need_install=1
   done
   for pin in "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}" \
-             "tensorflow-cpu==${TENSORFLOW_VERSION}"; do
+             "tensorflow-cpu==${TENSORFLOW_VERSION}" "torchft==${TORCHFT_VERSION}"; do
     .venv/bin/python -c "import importlib.metadata as m, sys; n, v = sys.argv[1].split('=='); sys.exit(m.version(n) != v)" \
       "$pin" 2>/dev/null || need_install=1
   done
