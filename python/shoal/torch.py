@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from shoal import _C
 
-__all__ = ["register", "ShoalBackend", "DEVICES"]
+__all__ = ["register", "ShoalBackend", "DEVICES", "recover"]
 
 ShoalBackend = _C.ShoalBackend
 
@@ -175,6 +175,60 @@ def _name_backend_in_ddp_logs() -> None:
 dist.monitored_barrier = monitored_barrier
 dist.distributed_c10d.monitored_barrier = monitored_barrier
 _name_backend_in_ddp_logs()
+
+
+def _backend_of(group):
+    """The shoal backend object behind `group` (its CPU one)."""
+    be = group._get_backend(torch.device("cpu"))
+    if not isinstance(be, _C.ShoalBackend):
+        raise TypeError(f"shoal.torch.recover: the group's backend is {type(be).__name__}, not shoal's")
+    return be
+
+
+def recover(group=None, window: float = 10.0):
+    """After a collective failed on `group` because a rank was lost: agrees
+    with the other surviving ranks on who goes on, then shrinks the group to
+    them through ``torch.distributed.shrink_group`` (which aborts the old
+    group locally and destroys it). Returns the new group, ranked in the old
+    order without the lost ranks; the same on every survivor. A rank that the
+    survivors left out (it was stopped, cut off, or too late) gets a
+    RuntimeError instead. `window`: seconds to wait for a rank that is not
+    known lost and has not checked in (docs/torch.md, "Recovery")."""
+    group = dist.GroupMember.WORLD if group is None else group
+    be = _backend_of(group)
+    members = be.agree(window, be.suspects())
+    excluded = [r for r in range(group.size()) if r not in set(members)]
+    if not excluded:
+        return group
+    return shrink_group(excluded, group=group)
+
+
+_torch_shrink_group = getattr(dist, "shrink_group", None)
+
+
+def shrink_group(ranks_to_exclude, group=None, *args, **kwargs):
+    """``torch.distributed.shrink_group`` that also serves shoal's groups.
+
+    torch registers a shrunk CPU group's backend as Gloo's type (its own
+    code knows only NCCL and Gloo), and its C++ tooling (DDP's logger) then
+    treats shoal's backend as Gloo's and crashes; this one registers it as
+    the custom backend it is. Importing shoal.torch puts it in place."""
+    new = _torch_shrink_group(ranks_to_exclude, group, *args, **kwargs)
+    if _is_shoal(new):
+        be = new._get_backend(torch.device("cpu"))
+        custom = dist.ProcessGroup.BackendType.CUSTOM
+        for device in DEVICES:
+            try:
+                new._register_backend(torch.device(device), custom, be)
+            except RuntimeError:
+                pass
+        new._set_default_backend(custom)
+    return new
+
+
+if _torch_shrink_group is not None:
+    dist.shrink_group = shrink_group
+    dist.distributed_c10d.shrink_group = shrink_group
 
 
 def entry_point() -> None:

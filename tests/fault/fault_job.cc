@@ -606,8 +606,13 @@ int usage(const char* argv0) {
 }  // namespace
 }  // namespace shoal::fault
 
+namespace shoal::fault {
+int recover_main(int argc, char** argv);  // fault_recover.cc
+}
+
 int main(int argc, char** argv) {
   using namespace shoal::fault;
+  if (argc > 1 && std::string(argv[1]) == "--recover") return recover_main(argc, argv);
   Config cfg;
   auto split = [](const std::string& s) {
     std::vector<std::string> v;

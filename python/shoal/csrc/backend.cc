@@ -16,6 +16,7 @@
 
 #include "call.h"
 #include "common/env.h"
+#include "shoal/error_mapping.h"
 #include "shoal/error.h"
 #include "store_adapter.h"
 
@@ -24,6 +25,11 @@ namespace {
 
 // Internal point-to-point tags live above any tag a torch user can pass (int).
 constexpr int64_t kMonitoredBarrierTag = int64_t{1} << 40;
+
+std::string join(const std::vector<int64_t>& v) {
+  std::vector<int> i(v.begin(), v.end());
+  return shoal::torch_adapter::join(i);
+}
 
 }  // namespace
 
@@ -45,6 +51,13 @@ ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   } catch (const shoal::Error& e) {
     raise_refusal(e, "shoal: creating the " + cfg_.name + " backend: ");
   }
+  completer_ = std::make_unique<Completer>();
+  issuer_ = std::make_unique<Issuer>();
+  init();
+}
+
+ShoalBackend::ShoalBackend(std::shared_ptr<Communicator> comm, BackendConfig cfg)
+    : c10d::Backend(comm->rank(), comm->size()), cfg_(std::move(cfg)), comm_(std::move(comm)), default_timeout_ms_(0) {
   completer_ = std::make_unique<Completer>();
   issuer_ = std::make_unique<Issuer>();
   init();
@@ -121,12 +134,91 @@ uint64_t ShoalBackend::getSequenceNumberForGroup() { return seq_; }
 
 c10d::ErrorType ShoalBackend::getError() {
   auto c = comm();
-  return c && c->error() ? c10d::ErrorType::COMM_ERROR : c10d::ErrorType::SUCCESS;
+  auto err = c ? c->error() : nullptr;
+  if (!err) return c10d::ErrorType::SUCCESS;
+  try {
+    std::rethrow_exception(err);
+  } catch (const shoal::Error& e) {
+    switch (error_mapping(e.code()).category) {
+      case ErrorCategory::kDeadlineExceeded: return c10d::ErrorType::TIMEOUT;
+      case ErrorCategory::kUnavailable: return c10d::ErrorType::REMOTE_ERROR;
+      default: return c10d::ErrorType::COMM_ERROR;
+    }
+  } catch (...) {
+    return c10d::ErrorType::COMM_ERROR;
+  }
 }
 
 void ShoalBackend::abort() {
   if (auto c = comm()) c->abort("aborted through torch.distributed (process group abort)");
 }
+
+std::vector<int> ShoalBackend::suspects() const {
+  auto c = comm();
+  auto err = c ? c->error() : nullptr;
+  if (!err) return {};
+  try {
+    std::rethrow_exception(err);
+  } catch (const shoal::Error& e) {
+    return e.suspects();
+  } catch (...) {
+    return {};
+  }
+}
+
+std::vector<int> ShoalBackend::agree(std::chrono::milliseconds window, std::vector<int> suspects) {
+  auto c = comm();
+  TORCH_CHECK(c, "shoal rank ", getRank(), ": agree: the backend was shut down");
+  AgreeOptions o;
+  o.window = window;
+  o.suspects = std::move(suspects);
+  try {
+    return c->agree(o).members;
+  } catch (const shoal::Error& e) {
+    raise_refusal(e);
+  }
+}
+
+#if SHOAL_TORCH_AT_LEAST(13)
+c10::intrusive_ptr<c10d::Backend> ShoalBackend::shrink(const std::vector<int64_t>& ranks_to_exclude, int,
+                                                       const c10::intrusive_ptr<Options>&) {
+  auto c = comm();
+  TORCH_CHECK(c, "shoal rank ", getRank(), ": shrink: the backend was shut down");
+  AgreeOptions o;
+  for (int64_t r : ranks_to_exclude) o.suspects.push_back(static_cast<int>(r));
+  std::vector<int> want;
+  for (int r = 0; r < getSize(); ++r) {
+    if (std::find(ranks_to_exclude.begin(), ranks_to_exclude.end(), r) == ranks_to_exclude.end()) want.push_back(r);
+  }
+  std::shared_ptr<Communicator> fresh;
+  try {
+    Membership m = c->agree(o);
+    if (m.members != want) {
+      C10_THROW_ERROR(DistBackendError, "shoal rank " + std::to_string(getRank()) + ": shrink: the survivors agreed on ranks [" +
+                                            join(m.members) + "], not the [" + join(want) +
+                                            "] that excluding [" + join(ranks_to_exclude) + "] leaves");
+    }
+    fresh = c->shrink(m);
+  } catch (const shoal::Error& e) {
+    raise_refusal(e, "shoal rank " + std::to_string(getRank()) + ": shrink: ");
+  }
+  BackendConfig cfg = cfg_;
+  if (!cfg.global_ranks.empty()) {
+    std::vector<int64_t> global;
+    for (int r : want) global.push_back(cfg.global_ranks[static_cast<size_t>(r)]);
+    cfg.global_ranks = std::move(global);
+  }
+  auto host = std::find(want.begin(), want.end(), cfg.store_host_rank);
+  cfg.store_host_rank = host == want.end() ? -1 : static_cast<int>(host - want.begin());
+  auto be = c10::make_intrusive<ShoalBackend>(std::move(fresh), std::move(cfg));
+  be->default_timeout_ms_ = default_timeout_ms_.load();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    comm_.reset();  // this group is done: its calls now fail as after shutdown
+  }
+  return be;
+}
+#endif
 
 void ShoalBackend::shutdown() {
   std::shared_ptr<Communicator> comm;

@@ -225,6 +225,8 @@ struct BackendConfig {
 class ShoalBackend : public c10d::Backend {
  public:
   ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, BackendConfig cfg);
+  // Over a communicator made already (shrink()).
+  ShoalBackend(std::shared_ptr<Communicator> comm, BackendConfig cfg);
   ~ShoalBackend() override;
 
   const std::string getBackendName() const override { return cfg_.name; }
@@ -281,9 +283,29 @@ class ShoalBackend : public c10d::Backend {
 
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
+  // TIMEOUT for a deadline that passed, REMOTE_ERROR for a lost peer or
+  // store (the error's category, shoal/error_mapping.h), COMM_ERROR for the
+  // rest; SUCCESS while unbroken.
   c10d::ErrorType getError() override;
+  // Breaks the communicator at once (Communicator::abort): never waits for
+  // a peer or for what is queued.
   void abort() override;
   void shutdown() override;
+
+  // Surviving a lost rank (docs/torch.md, "Recovery"): agree() runs the
+  // core's agreement and returns the group ranks that go on; shrink() (what
+  // dist.shrink_group calls) agrees too (the decision, once made, is the
+  // same for every later call), checks that it leaves out exactly
+  // `ranks_to_exclude`, aborts this group's communicator locally and
+  // returns a backend of the same name over a fresh one of the survivors.
+  std::vector<int> agree(std::chrono::milliseconds window, std::vector<int> suspects);
+#if SHOAL_TORCH_AT_LEAST(13)
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = 0,
+                                           const c10::intrusive_ptr<Options>& opts_override = nullptr) override;
+#endif
+  // The ranks the communicator's error blames (Error::suspects()).
+  std::vector<int> suspects() const;
 
   // For tests and diagnostics: the first error that broke the communicator.
   std::string comm_error() const;

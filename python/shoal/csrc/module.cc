@@ -36,6 +36,17 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("comm_error", &ShoalBackend::comm_error, py::call_guard<py::gil_scoped_release>(),
            "The first error that broke this group's communicator ('' if none).")
+      .def("suspects", &ShoalBackend::suspects, py::call_guard<py::gil_scoped_release>(),
+           "The group ranks the communicator's error blames (the lost peer, the ranks silent at a roll call).")
+      .def(
+          "agree",
+          [](ShoalBackend& be, double window_s, std::vector<int> suspects) {
+            return be.agree(std::chrono::milliseconds(static_cast<int64_t>(window_s * 1000.0)), std::move(suspects));
+          },
+          py::arg("window_s") = 10.0, py::arg("suspects") = std::vector<int>{},
+          py::call_guard<py::gil_scoped_release>(),
+          "Agrees with the other live ranks of the group on who goes on (shoal::Communicator::agree); returns "
+          "their group ranks, the same on every rank that returns.")
       .def(
           "device_staging",
           [](ShoalBackend& be) -> py::object {

@@ -66,6 +66,10 @@ bool C10dStore::remove(const std::string& key) {
   return translate("remove", key, [&] { return store_->deleteKey(key); });
 }
 
+Bytes C10dStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  return translate("compare_set", key, [&] { return store_->compareSet(key, expected, desired); });
+}
+
 std::chrono::milliseconds C10dStore::timeout() const { return store_->getTimeout(); }
 
 void C10dStore::set_timeout(std::chrono::milliseconds t) { store_->setTimeout(t); }

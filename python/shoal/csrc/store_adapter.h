@@ -26,6 +26,7 @@ class C10dStore final : public shoal::Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool remove(const std::string& key) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   std::chrono::milliseconds timeout() const override;
   void set_timeout(std::chrono::milliseconds t) override;
 
