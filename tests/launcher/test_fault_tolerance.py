@@ -104,6 +104,7 @@ def test_store_outlives_rank_0_and_records_its_death(job):
         assert got["seen"] == ["1", "2"]
     assert "rank 0 (local rank 0, pid" in r.err and "was killed by SIGKILL" in r.err
     assert "going on without rank 0: 2 of 3 ranks are left (--fault-tolerance shrink, --min-ranks 1)" in r.err
+    assert "a worker failed on node 0" in r.err and "job failed" not in r.err, r.err
 
 
 TORCH_WORKER = r"""

@@ -297,7 +297,8 @@ class GroupRun {
       note_exit(x);
       return;
     }
-    log(failure_summary(x, cfg_.node_rank, cfg_.host, mux_.tail(x.rank), live_[index].spec.error_file));
+    log(failure_summary(x, cfg_.node_rank, cfg_.host, mux_.tail(x.rank), live_[index].spec.error_file,
+                        "a worker failed"));
     if (cfg_.fault_tolerance == FaultTolerance::kReplace && result_.replaced < cfg_.max_replacements) {
       ++result_.replaced;
       Live r;

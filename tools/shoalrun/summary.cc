@@ -68,8 +68,9 @@ std::string error_file_headline(const std::string& error_file) {
 }
 
 std::string failure_summary(const WorkerExit& e, int node_rank, const std::string& host,
-                            const std::vector<std::string>& tail, const std::string& error_file) {
-  std::string s = "job failed: first failure on node " + std::to_string(node_rank) + " (host " + host +
+                            const std::vector<std::string>& tail, const std::string& error_file,
+                            const std::string& headline) {
+  std::string s = headline + " on node " + std::to_string(node_rank) + " (host " + host +
                   "): rank " + std::to_string(e.rank) + " (local rank " + std::to_string(e.local_rank) + ", pid " +
                   std::to_string(e.pid) + ") " + describe_exit(e) + "\n";
   nlohmann::json j;

@@ -25,9 +25,11 @@ std::string describe_worker(const WorkerExit& e);
 
 // The failure summary printed when a local worker failed: who, how, the
 // Python exception from its error file (if it wrote one) and the tail of its
-// output. Multi-line; each line indented under the first.
+// output. Multi-line; each line indented under the first. `headline` starts it
+// ("job failed: first failure"; under --fault-tolerance the job goes on).
 std::string failure_summary(const WorkerExit& e, int node_rank, const std::string& host,
-                            const std::vector<std::string>& tail, const std::string& error_file);
+                            const std::vector<std::string>& tail, const std::string& error_file,
+                            const std::string& headline = "job failed: first failure");
 
 // "Type: message" from an error file, or "" when there is none.
 std::string error_file_headline(const std::string& error_file);
