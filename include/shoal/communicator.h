@@ -180,7 +180,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   static std::shared_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
                                               Options opts = {});
   // From RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: rank 0 hosts a TcpStore
-  // at MASTER_ADDR:MASTER_PORT, the others connect to it.
+  // at MASTER_ADDR:MASTER_PORT, the others connect to it; with
+  // TORCHELASTIC_USE_AGENT_STORE=True (shoalrun's default) the launcher hosts
+  // it and every rank connects.
   static std::shared_ptr<Communicator> from_env(Options opts = {});
 
   // A communicator of this one's ranks `ranks` (rank i of the new one is

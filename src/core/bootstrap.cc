@@ -163,13 +163,17 @@ std::shared_ptr<Communicator> Communicator::from_env(Options opts) {
   const char* addr = std::getenv("MASTER_ADDR");
   int port = env_int("MASTER_PORT", false, 29500);
   if (port <= 0 || port > 65535) throw InvalidArgument("MASTER_PORT: " + std::to_string(port) + " is not a port");
+  // TORCHELASTIC_USE_AGENT_STORE=True (shoalrun, torchrun's agent): the launcher hosts the store
+  // outside the ranks, so that losing any rank never loses it; every rank is a client.
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent && std::string(agent) == "True";
   TcpStoreOptions so;
   so.host = addr && *addr ? addr : "127.0.0.1";
   so.port = static_cast<uint16_t>(port);
-  so.is_server = rank == 0;
+  so.is_server = rank == 0 && !agent_store;
   so.timeout = opts.timeout;
   auto store = std::make_shared<TcpStore>(so);
-  opts.store_host_rank = 0;
+  opts.store_host_rank = agent_store ? -1 : 0;
   return create(std::move(store), rank, size, std::move(opts));
 }
 

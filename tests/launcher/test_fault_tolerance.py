@@ -145,11 +145,13 @@ def test_default_mode_one_death_ends_the_job(job):
     assert "stopping the other workers" in r.err and "job failed: first failure on node 0" in r.err
 
 
-def test_default_is_rank0_store(job):
+def test_default_is_the_launchers_store(job):
     job.script("w.py", WORKER)
     r = job.run("--dry-run", "w.py")
     plan = dict(l.split("=", 1) for l in r.out.splitlines())
-    assert (plan["workers_store"], plan["fault_tolerance"], plan["min_ranks"]) == ("rank0", "none", "1")
+    assert (plan["workers_store"], plan["fault_tolerance"], plan["min_ranks"]) == ("launcher", "none", "1")
+    r = job.run("--dry-run", "--workers-store", "rank0", "w.py")
+    assert dict(l.split("=", 1) for l in r.out.splitlines())["workers_store"] == "rank0"
     r = job.run("--dry-run", "--fault-tolerance", "replace", "--min-ranks", "2", "--max-replacements", "5",
                 "--nproc-per-node", "2", "w.py")
     plan = dict(l.split("=", 1) for l in r.out.splitlines())

@@ -25,7 +25,7 @@ def test_role_and_torchelastic_variables(job):
             ("trainer", str(rank), "2", "1")
         assert (e["TORCHELASTIC_RESTART_COUNT"], e["TORCHELASTIC_MAX_RESTARTS"], e["TORCHELASTIC_RUN_ID"]) == \
             ("0", "2", "run7")
-        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"   # the launcher hosts the store (torchrun agent style)
         assert e["TORCHELASTIC_ERROR_FILE"] == e["SHOAL_ERROR_FILE"] != "unset"
         assert e["LOCAL_RANK"] == str(rank) and e["SHOAL_ADVERTISE_ADDR"] == "unset"
 

@@ -94,8 +94,8 @@ const Spec kSpecs[] = {
     {"max_replacements", "--max-replacements", nullptr, false,
      "With --fault-tolerance replace: replacements this node starts, at most (default 3); then as shrink"},
     {"workers_store", "--workers-store", nullptr, false,
-     "Who hosts the workers' store on the master port: launcher (node 0's launcher, "
-     "TORCHELASTIC_USE_AGENT_STORE=True; the default with --fault-tolerance) or rank0 (rank 0, as before)"},
+     "Who hosts the workers' store on the master port: launcher (the default: node 0's launcher, "
+     "TORCHELASTIC_USE_AGENT_STORE=True, so that losing any worker never loses it) or rank0 (rank 0 hosts it)"},
     {"event_log_handler", "--event-log-handler", "PET_EVENT_LOG_HANDLER", false,
      "null (default) or console (the launcher's events on stderr, as --verbose)"},
     {"logs_specs", "--logs-specs", nullptr, false, "Refused: shoalrun has no logs-specs plug-ins"},
@@ -348,7 +348,7 @@ ParsedCommandLine parse_command_line(int argc, char** argv) {
                        " needs the store outside the ranks (--workers-store launcher)");
     }
   } else {
-    o.workers_store = tolerant ? "launcher" : "rank0";
+    o.workers_store = "launcher";
   }
 
   if (has("log_dir")) {

@@ -2,6 +2,7 @@
 // shoal.tensorflow calls through ctypes (init, groups, shutdown).
 #include "adapter.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -138,22 +139,26 @@ extern "C" {
 SHOAL_TF_API const char* shoal_tf_error() { return reg().error.c_str(); }
 
 // Joins the world from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (rank 0
-// hosts the store). 0 on success (also when already initialised), -1 on error.
+// hosts the store, or the launcher with TORCHELASTIC_USE_AGENT_STORE=True).
+// 0 on success (also when already initialised), -1 on error.
 SHOAL_TF_API int shoal_tf_init(int rank, int size, const char* addr, int port, double timeout_s) {
   shoal_tf::Registry& r = reg();
   std::lock_guard<std::mutex> g(r.mu);
   if (!r.groups.empty()) return 0;
   try {
+    // TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store (shoalrun's default), every rank connects
+    const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+    const bool agent_store = agent && std::string(agent) == "True";
     shoal::TcpStoreOptions so;
     so.host = addr && *addr ? addr : "127.0.0.1";
     so.port = static_cast<uint16_t>(port);
-    so.is_server = rank == 0;
+    so.is_server = rank == 0 && !agent_store;
     shoal::Options o;
     if (timeout_s > 0) {
       o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
       so.timeout = o.timeout;
     }
-    o.store_host_rank = 0;
+    o.store_host_rank = agent_store ? -1 : 0;
     o.name = "tf";
     r.store = std::make_shared<shoal::TcpStore>(so);
     r.groups.push_back(shoal::Communicator::create(r.store, rank, size, o));
