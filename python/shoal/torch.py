@@ -95,7 +95,10 @@ def _create(opts, backend_options, *, name: str):
     global_ranks = [int(r) for r in (opts.global_ranks_in_group or [])]
     base = _base_store(store)
     store_host_rank = -1
-    if isinstance(base, dist.TCPStore):  # env:// and tcp://: global rank 0 hosts it
+    # env:// and tcp://: global rank 0 hosts it, unless the launcher's agent does
+    # (TORCHELASTIC_USE_AGENT_STORE=True: shoalrun's default, torchrun's agent): then no rank does
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    if isinstance(base, dist.TCPStore) and not agent_store:
         if not global_ranks:
             store_host_rank = 0
         elif 0 in global_ranks:
