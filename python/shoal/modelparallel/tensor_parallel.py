@@ -41,6 +41,7 @@ import torch
 from ..mpcommon.errors import SMPValidationError
 from .nn import huggingface as hf
 from .tp import env as tp_env
+from .tp import shards
 from .tp.base import DistributedModule
 from .tp.embedding import DistributedEmbedding
 from .tp.linear import DistributedLinear
@@ -244,7 +245,11 @@ def _build(mod: torch.nn.Module, reg: _Registration, overrides: dict, path: str,
         torch.set_default_dtype(prev)
     if reg.to_smp is not None and not any(p.is_meta for p in params):
         full = reg.to_smp({k: v.detach() for k, v in mod.state_dict().items()})
-        load_full(new, full, f"smp.DistributedModel ({who}): '{path or 'the model'}'")
+        try:
+            shards.load_full(new, full)
+        except SMPValidationError as e:
+            raise SMPValidationError(f"smp.DistributedModel ({who}): '{path or 'the model'}' ({type(mod).__name__}): "
+                                     f"its translated weights do not fit {type(new).__name__}: {e}") from None
     new.train(mod.training)
     if reg.forward_hook is not None or reg.return_hook is not None:
         _adapt_calls(new, reg, type(mod))
@@ -333,38 +338,6 @@ def distributed_named(root: torch.nn.Module, kind: str) -> Iterator[Tuple[str, t
     for n, t in items:
         if getattr(t, "_smp_distributed", False):
             yield n, t
-
-
-def load_full(module: torch.nn.Module, full: Dict[str, torch.Tensor], who: str) -> None:
-    """Copies whole tensors into `module`: each tensor-parallel piece gets its TP rank's chunk."""
-    tensors = dict(module.named_parameters(remove_duplicate=False))
-    tensors.update(module.named_buffers(remove_duplicate=False))
-    missing = [k for k in tensors if k not in full and k in module.state_dict()]
-    unexpected = [k for k in full if k not in tensors]
-    if missing or unexpected:
-        raise SMPValidationError(f"{who}: the original's translated weights do not fit the distributed module: "
-                                 f"missing {missing[:6]}, unexpected {unexpected[:6]}")
-    with torch.no_grad():
-        for k, t in tensors.items():
-            if k not in full:
-                continue
-            src = full[k]
-            if getattr(t, "_smp_distributed", False):
-                d = int(getattr(t, "_smp_split_dim", 0))
-                n = src.shape[d] // t.shape[d] if t.shape[d] else 1
-                src = torch.chunk(src, n, dim=d)[_tp_rank(n)]
-            if tuple(src.shape) != tuple(t.shape):
-                raise SMPValidationError(f"{who}: '{k}' is {tuple(src.shape)} in the original, the distributed "
-                                         f"module's piece is {tuple(t.shape)}")
-            t.copy_(src)
-
-
-def _tp_rank(n: int) -> int:
-    env = tp_env.current()
-    if env.size != n:
-        raise SMPValidationError(f"smp: a tensor-parallel piece is 1/{n} of its tensor but the TP group has "
-                                 f"{env.size} ranks")
-    return env.rank
 
 
 def _pieces(root: torch.nn.Module) -> Dict[str, int]:
