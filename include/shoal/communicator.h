@@ -170,6 +170,17 @@ struct AgreeOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(2)};
 };
 
+// Communicator::grow() and Communicator::join(): newcomers joining a
+// communicator's ranks (replacements of lost ones, or more).
+struct GrowOptions {
+  // How many newcomers grow() admits: -1, those waiting in the lobby when its
+  // leader looks (none: grow() returns null and changes nothing); n > 0,
+  // exactly n, waiting for them up to `timeout`.
+  int joiners = -1;
+  // grow() and join() give up (TimeoutError) after this long.
+  std::chrono::milliseconds timeout{std::chrono::minutes(2)};
+};
+
 class CommunicatorImpl;
 
 class Communicator : public std::enable_shared_from_this<Communicator> {
@@ -297,6 +308,26 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::shared_ptr<Communicator> shrink(const Membership& m);
   // agree() then shrink(): what a survivor calls after an operation failed.
   std::shared_ptr<Communicator> recover(const AgreeOptions& o = {});
+
+  // Newcomers join (docs/errors.md, "Growing back"). Every rank of this
+  // communicator calls grow() with the same `lobby` (a store the newcomers
+  // reach too, e.g. a PrefixStore of the job's store) and options, at the
+  // same point of its work (a step boundary); each newcomer calls join() with
+  // that lobby. This communicator's rank 0 (the leader) admits newcomers in
+  // the order they arrived and tells the others; then every rank aborts this
+  // communicator locally (as shrink() does) and all, old and new, wire a
+  // fresh communicator under keys no communicator used before, with a new
+  // id and secret: the old ranks keep their numbers, newcomers follow them
+  // (size(), size()+1, ...). Returns it, or null when nobody was admitted
+  // (joiners = -1 and the lobby was empty: this communicator goes on). A
+  // leader that fails before it decides makes the others fail with a
+  // TimeoutError naming it; they can still agree() and shrink().
+  std::shared_ptr<Communicator> grow(std::shared_ptr<Store> lobby, const GrowOptions& o = {});
+  // A newcomer's side of grow(): waits in `lobby` (up to o.timeout) until a
+  // communicator's grow() admits it, and returns its rank of the grown
+  // communicator (options as create()'s; the name is the grown one's).
+  static std::shared_ptr<Communicator> join(std::shared_ptr<Store> lobby, Options opts = {},
+                                            const GrowOptions& o = {});
 
   // This communicator's id: the same on every rank, different for every
   // communicator the job makes (drawn by its rank 0).

@@ -80,6 +80,25 @@ void resolve_timeout(Options& opts, const std::string& who) {
 }  // namespace
 
 namespace core {
+void resolve_options(Options& opts, const Store& store, const std::string& who) {
+  resolve_timeout(opts, who);
+  if (opts.name.empty()) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "c%llu", static_cast<unsigned long long>(g_comm_counter.fetch_add(1)));
+    opts.name = buf;  // the observer names the communicator in what it writes
+  }
+  if (opts.advertise_host.empty()) opts.advertise_host = env::get("SHOAL_ADVERTISE_ADDR").value_or("");
+  if (opts.advertise_host.empty()) {
+    std::string target;
+    if (const TcpStore* t = tcp_store_of(&store)) target = t->host();
+    if (target.empty()) {
+      if (const char* m = std::getenv("MASTER_ADDR")) target = m;
+    }
+    if (!target.empty()) opts.advertise_host = route_to(target);
+    if (opts.advertise_host.empty()) opts.advertise_host = "127.0.0.1";
+  }
+}
+
 // The keys of one communicator, never those of an earlier one made under the
 // same prefix (torch reuses a group's name, and so its store prefix, after
 // destroy_process_group): each rank counts the communicators it has made
@@ -101,25 +120,8 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank: " + std::to_string(rank) + " is out of range for size " + std::to_string(size));
   }
-  resolve_timeout(opts, "");
-  std::string name = opts.name;
-  if (name.empty()) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "c%llu", static_cast<unsigned long long>(g_comm_counter.fetch_add(1)));
-    name = buf;
-  }
-  opts.name = name;  // the observer names the communicator in what it writes
-  auto scoped = core::incarnation(store, "shoal/" + name, rank);
-  if (opts.advertise_host.empty()) opts.advertise_host = env::get("SHOAL_ADVERTISE_ADDR").value_or("");
-  if (opts.advertise_host.empty()) {
-    std::string target;
-    if (const TcpStore* t = tcp_store_of(store.get())) target = t->host();
-    if (target.empty()) {
-      if (const char* m = std::getenv("MASTER_ADDR")) target = m;
-    }
-    if (!target.empty()) opts.advertise_host = route_to(target);
-    if (opts.advertise_host.empty()) opts.advertise_host = "127.0.0.1";
-  }
+  core::resolve_options(opts, *store, "");
+  auto scoped = core::incarnation(store, "shoal/" + opts.name, rank);
   auto impl = std::make_unique<CommunicatorImpl>(std::move(scoped), rank, size, std::move(opts));
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }

@@ -54,6 +54,10 @@ struct Wired {
 Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode,
            const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live,
            bool fresh_secret = false);
+// Fills in what `opts` leaves to shoal (SHOAL_TIMEOUT_S, a per-process name,
+// the advertised address: the one this host reaches `store`'s host by);
+// checks the timeout (`who` prefixes the error).
+void resolve_options(Options& opts, const Store& store, const std::string& who);
 // `store` under `prefix`, or under "<prefix>/<n>" for this rank's n-th
 // communicator there (n > 1): a fresh scope each time (core/bootstrap.cc).
 std::shared_ptr<Store> incarnation(const std::shared_ptr<Store>& store, const std::string& prefix, int rank);
@@ -89,6 +93,8 @@ class CommunicatorImpl final : public core::Runner {
   const int size_;
   const Options opts_;
   coll::Overrides overrides_;
+  // How many times grow() was called on this communicator (core/growth.cc).
+  std::atomic<uint64_t> grow_calls_{0};
 
  private:
   friend class core::JobLiveness;

@@ -23,7 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string join(const std::vector<int>& v) {
+std::string list_text(const std::vector<int>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) {
     if (i) s.push_back(',');
@@ -79,7 +79,7 @@ Membership Communicator::agree(const AgreeOptions& o) {
     for (int r = 0; r < n; ++r) {
       if (suspected[static_cast<size_t>(r)]) mine.push_back(r);
     }
-    store.set_str(base + "in/" + std::to_string(me), join(mine));
+    store.set_str(base + "in/" + std::to_string(me), list_text(mine));
     const auto epoch_start = Clock::now();
     for (int poll = 0;; ++poll) {
       const auto now = Clock::now();
@@ -96,7 +96,7 @@ Membership Communicator::agree(const AgreeOptions& o) {
         Membership m{epoch, parse_list(d.substr(2))};
         if (std::find(m.members.begin(), m.members.end(), me) == m.members.end()) {
           throw Aborted(who + "this rank is not in the membership the survivors agreed on in epoch " +
-                        std::to_string(epoch) + " ([" + join(m.members) +
+                        std::to_string(epoch) + " ([" + list_text(m.members) +
                         "]): it checked in too late (stopped, cut off or slow)");
         }
         return m;
@@ -123,7 +123,7 @@ Membership Communicator::agree(const AgreeOptions& o) {
           for (int q = 0; q < n; ++q) {
             if (in[static_cast<size_t>(q)] && !gone[static_cast<size_t>(q)]) members.push_back(q);
           }
-          store.compare_set(base + "decision", {}, bytes("m " + join(members)));
+          store.compare_set(base + "decision", {}, bytes("m " + list_text(members)));
           continue;  // read back what won
         }
       } else if (now - epoch_start >= o.window + o.window / 2) {
@@ -143,14 +143,14 @@ std::shared_ptr<Communicator> Communicator::shrink(const Membership& m) {
   for (size_t i = 0; i < m.members.size(); ++i) {
     const int r = m.members[i];
     if (r < 0 || r >= c.size_ || (i > 0 && r <= m.members[i - 1])) {
-      throw InvalidArgument(who + "members: [" + join(m.members) + "] is not an ascending list of ranks of " +
+      throw InvalidArgument(who + "members: [" + list_text(m.members) + "] is not an ascending list of ranks of " +
                             std::to_string(c.size_));
     }
     if (r == c.rank_) rank = static_cast<int>(i);
   }
   if (m.epoch < 1) throw InvalidArgument(who + "epoch: 0 is no agreed membership (from agree())");
   if (rank < 0) throw InvalidArgument(who + "members: this rank (" + std::to_string(c.rank_) + ") is not among them");
-  abort("shrunk to ranks [" + join(m.members) + "] (epoch " + std::to_string(m.epoch) + ")");
+  abort("shrunk to ranks [" + list_text(m.members) + "] (epoch " + std::to_string(m.epoch) + ")");
   Options o = c.opts_;
   o.advertise_host = c.advertise_host();
   auto host = std::find(m.members.begin(), m.members.end(), o.store_host_rank);
