@@ -21,7 +21,14 @@ the step. Each survivor prints what happened and how long the recovery took.
 
 The launcher must keep the survivors running when a rank dies
 (``--fault-tolerance shrink``: shoalrun then also hosts the job's store, so
-losing rank 0 loses nothing). ``--save-state F --save-at S`` writes the
+losing rank 0 loses nothing). With ``--fault-tolerance replace`` it also starts
+a replacement process (``SHOAL_REPLACEMENT`` set), which calls
+``shoal.torch.join()`` and waits; at the next step boundary the survivors call
+``shoal.torch.grow()`` (waiting up to ``--wait-for-replacement`` seconds for as
+many newcomers as ranks were lost), the newcomer takes the next rank, rank 0
+hands it the commit, and the step is done by the full number of ranks again;
+a replacement that comes later is admitted at the first boundary after it
+arrives. ``--save-state F --save-at S`` writes the
 commit before step S to F; ``--resume F`` starts from such a file (a fresh
 job of any size); ``--final F`` writes the final state's sha256 (rank 0),
 so that a run that lost a rank can be compared with a fresh one.
@@ -40,7 +47,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import shoal.torch  # noqa: F401  (registers the backend, and recover())
-from shoal.torch import recover
+from shoal.torch import grow, join, recover
 
 
 def parse_args():
@@ -54,6 +61,8 @@ def parse_args():
     p.add_argument("--save-at", type=int, default=-1)
     p.add_argument("--resume", default="")
     p.add_argument("--final", default="")
+    p.add_argument("--wait-for-replacement", type=float, default=60.0,
+                   help="seconds the survivors wait for replacements (--fault-tolerance replace)")
     return p.parse_args()
 
 
@@ -89,23 +98,61 @@ def sha256(net, opt):
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
+def hand_over(net, opt, step):
+    """After a grow: rank 0's commit to every rank (the newcomers have none)."""
+    box = [state_of(net, opt, step) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    net.load_state_dict(box[0]["model"])
+    opt.load_state_dict(box[0]["optimizer"])
+    return box[0]["step"]
+
+
 def main():
     a = parse_args()
-    dist.init_process_group("shoal")
-    group = dist.group.WORLD
-    me = dist.get_rank()           # the launcher's rank: the name this process keeps in the messages
+    me = int(os.environ.get("RANK", "0"))  # the launcher's rank: the name this process keeps in the messages
+    replacing = os.environ.get("SHOAL_FAULT_TOLERANCE") == "replace"
+    full = int(os.environ.get("WORLD_SIZE", "1"))
     x, y, order = data(a.samples)
     net = model()
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     step = 0
-    if a.resume:
-        saved = torch.load(a.resume, weights_only=False)
-        net.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["optimizer"])
-        step = saved["step"]
-    ddp = DDP(net, process_group=group)
     events = []
+    if os.environ.get("SHOAL_REPLACEMENT"):
+        t0 = time.monotonic()
+        group = join(timeout=a.wait_for_replacement + 60)
+        step = hand_over(net, opt, step)
+        events.append(f"replacement {os.environ['SHOAL_REPLACEMENT']} joined at step {step} in "
+                      f"{(time.monotonic() - t0) * 1e3:.0f} ms as rank {dist.get_rank()} of {dist.get_world_size()}")
+        print(f"rank {me}: {events[-1]}", flush=True)
+    else:
+        dist.init_process_group("shoal")
+        group = dist.group.WORLD
+        if a.resume:
+            saved = torch.load(a.resume, weights_only=False)
+            net.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"])
+            step = saved["step"]
+    ddp = DDP(net, process_group=group)
+    lost = 0  # ranks lost and not yet replaced
     while step < a.steps:
+        if replacing and dist.get_world_size(group) < full:
+            # A step boundary: admit replacements (waiting for them right after a loss).
+            t0 = time.monotonic()
+            try:
+                grown = grow(joiners=lost if lost else -1, timeout=a.wait_for_replacement)
+            except RuntimeError as e:
+                grown = None
+                print(f"rank {me}: no replacement within {a.wait_for_replacement:.0f} s ({str(e)[:120]}); "
+                      f"going on with {dist.get_world_size(group)} ranks", flush=True)
+            lost = 0
+            if grown is not None:
+                before = dist.get_world_size(group)
+                group = grown
+                step = hand_over(net, opt, step)
+                ddp = DDP(net, process_group=group)
+                events.append(f"grew at step {step} in {(time.monotonic() - t0) * 1e3:.0f} ms: {before} -> "
+                              f"{dist.get_world_size(group)} ranks, this rank is {dist.get_rank(group)}")
+                print(f"rank {me}: {events[-1]}", flush=True)
         commit = state_of(net, opt, step)
         if a.save_state and step == a.save_at and me == 0:
             torch.save(commit, a.save_state)
@@ -118,7 +165,7 @@ def main():
             # the step's loss is the mean over its whole batch: each rank's share, scaled so that DDP's
             # average over the ranks gives it
             loss = torch.nn.functional.mse_loss(out, y[mine], reduction="sum") * world / a.batch
-            if me == a.kill_rank and step == a.kill_step:
+            if me == a.kill_rank and step == a.kill_step and not os.environ.get("SHOAL_REPLACEMENT"):
                 print(f"rank {me}: killing myself in the middle of step {step}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
             loss.backward()         # the gradients' all-reduce: where the survivors see the loss
@@ -126,7 +173,9 @@ def main():
         except RuntimeError as e:
             t0 = time.monotonic()
             cause = str(e).splitlines()[0][:200]
+            before = dist.get_world_size(group)
             group = recover(group)
+            lost += before - dist.get_world_size(group)
             took = time.monotonic() - t0
             net.load_state_dict(commit["model"])
             opt.load_state_dict(commit["optimizer"])

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from shoal import _C
 
-__all__ = ["register", "ShoalBackend", "DEVICES", "recover"]
+__all__ = ["register", "ShoalBackend", "DEVICES", "recover", "grow", "join"]
 
 ShoalBackend = _C.ShoalBackend
 
@@ -87,7 +87,12 @@ def _advertise_host(base) -> str:
     return ""
 
 
+_ADOPT: list = []  # a backend grow() or join() made, for the init_process_group they call to take
+
+
 def _create(opts, backend_options, *, name: str):
+    if _ADOPT:
+        return _ADOPT[0]
     store = opts.store
     rank, size = int(opts.group_rank), int(opts.group_size)
     timeout = opts.timeout
@@ -204,6 +209,60 @@ def recover(group=None, window: float = 10.0):
     if not excluded:
         return group
     return shrink_group(excluded, group=group)
+
+
+def _lobby(base):
+    return dist.PrefixStore("shoal/lobby", base)
+
+
+def _become_world(be, name: str, base, timeout):
+    """Makes `be` (a grown communicator's backend) the default group: torch's
+    groups are destroyed and the default one is made again over `be`, under
+    store keys of its own."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _ADOPT.append(be)
+    try:
+        dist.init_process_group(name, store=dist.PrefixStore(f"shoal/grown/{be.comm_id()}", base),
+                                rank=be.rank(), world_size=be.size(), timeout=timeout)
+    finally:
+        _ADOPT.clear()
+    return dist.group.WORLD
+
+
+def grow(joiners: int = -1, timeout: float = 120.0):
+    """Admits newcomers (processes calling :func:`join`, e.g. the replacements
+    ``shoalrun --fault-tolerance replace`` starts) into the default group.
+    Every rank of the default group calls it at the same point (a step
+    boundary). ``joiners=-1`` admits those waiting when rank 0 looks;
+    ``n > 0`` waits for n. Returns the new default group, this rank keeping
+    its number and newcomers after the old ranks, or None (nothing changed)
+    when nobody was admitted. Other groups are destroyed, as when the default
+    group shrinks (docs/torch.md, "Growing back")."""
+    group = dist.GroupMember.WORLD
+    be = _backend_of(group)
+    name = dist.get_backend(group)
+    base = _base_store(dist.distributed_c10d._get_default_store())
+    grown = be.grow(_lobby(base), joiners, float(timeout))
+    if grown is None:
+        return None
+    return _become_world(grown, name, base, dist.distributed_c10d._get_default_timeout(name))
+
+
+def join(backend: str = "shoal", timeout: float = 120.0):
+    """A newcomer's side of :func:`grow`: connects to the job's store
+    (``MASTER_ADDR``/``MASTER_PORT``: under shoalrun, the launcher's), waits
+    until the running ranks admit it, and initialises the default group as a
+    rank of the grown world (its rank: ``dist.get_rank()``). Returns the group."""
+    from datetime import timedelta as _td
+    register(backend)
+    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    base = dist.TCPStore(host, port, is_master=False, timeout=_td(seconds=timeout))
+    op_timeout = float(os.environ.get("SHOAL_TIMEOUT_S", "1800"))
+    be = _C.ShoalBackend.join(_lobby(base), float(timeout), name=backend,
+                              advertise_host=_advertise_host(base), op_timeout_s=op_timeout)
+    return _become_world(be, backend, base, _td(seconds=op_timeout))
 
 
 _torch_shrink_group = getattr(dist, "shrink_group", None)

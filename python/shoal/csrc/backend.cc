@@ -220,6 +220,56 @@ c10::intrusive_ptr<c10d::Backend> ShoalBackend::shrink(const std::vector<int64_t
 }
 #endif
 
+c10::intrusive_ptr<ShoalBackend> ShoalBackend::grow(const c10::intrusive_ptr<c10d::Store>& lobby, int joiners,
+                                                    std::chrono::milliseconds timeout) {
+  auto c = comm();
+  TORCH_CHECK(c, "shoal rank ", getRank(), ": grow: the backend was shut down");
+  GrowOptions o;
+  o.joiners = joiners;
+  o.timeout = timeout;
+  std::shared_ptr<Communicator> grown;
+  try {
+    grown = c->grow(std::make_shared<C10dStore>(lobby), o);
+  } catch (const shoal::Error& e) {
+    raise_refusal(e);
+  }
+  if (!grown) return {};
+  BackendConfig cfg = cfg_;
+  cfg.global_ranks.clear();
+  auto be = c10::make_intrusive<ShoalBackend>(std::move(grown), std::move(cfg));
+  be->default_timeout_ms_ = default_timeout_ms_.load();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    comm_.reset();  // this group is done: its calls now fail as after shutdown
+  }
+  return be;
+}
+
+uint64_t ShoalBackend::comm_id() const {
+  auto c = comm();
+  TORCH_CHECK(c, "shoal rank ", getRank(), ": comm_id: the backend was shut down");
+  return c->id();
+}
+
+c10::intrusive_ptr<ShoalBackend> ShoalBackend::join_grown(const c10::intrusive_ptr<c10d::Store>& lobby, BackendConfig cfg,
+                                                    std::chrono::milliseconds timeout) {
+  shoal::Options o;
+  o.timeout = cfg.timeout;
+  o.name = "torch";
+  o.advertise_host = cfg.advertise_host;
+  o.store_host_rank = cfg.store_host_rank;
+  GrowOptions g;
+  g.timeout = timeout;
+  std::shared_ptr<Communicator> comm;
+  try {
+    comm = Communicator::join(std::make_shared<C10dStore>(lobby), o, g);
+  } catch (const shoal::Error& e) {
+    raise_refusal(e);
+  }
+  cfg.global_ranks.clear();
+  return c10::make_intrusive<ShoalBackend>(std::move(comm), std::move(cfg));
+}
+
 void ShoalBackend::shutdown() {
   std::shared_ptr<Communicator> comm;
   {

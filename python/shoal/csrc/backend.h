@@ -306,6 +306,16 @@ class ShoalBackend : public c10d::Backend {
 #endif
   // The ranks the communicator's error blames (Error::suspects()).
   std::vector<int> suspects() const;
+  // Newcomers join (Communicator::grow / join; docs/torch.md, "Growing
+  // back"): grow() admits them through `lobby` and returns a backend of the
+  // same name over the grown communicator, this group's ranks first, or null
+  // when nobody was admitted (this backend goes on); join() is a newcomer's
+  // side. The grown backend serves a world (no global ranks).
+  c10::intrusive_ptr<ShoalBackend> grow(const c10::intrusive_ptr<c10d::Store>& lobby, int joiners,
+                                        std::chrono::milliseconds timeout);
+  uint64_t comm_id() const;
+  static c10::intrusive_ptr<ShoalBackend> join_grown(const c10::intrusive_ptr<c10d::Store>& lobby, BackendConfig cfg,
+                                                std::chrono::milliseconds timeout);
 
   // For tests and diagnostics: the first error that broke the communicator.
   std::string comm_error() const;

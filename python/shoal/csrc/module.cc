@@ -47,6 +47,30 @@ PYBIND11_MODULE(_C, m) {
           py::call_guard<py::gil_scoped_release>(),
           "Agrees with the other live ranks of the group on who goes on (shoal::Communicator::agree); returns "
           "their group ranks, the same on every rank that returns.")
+      .def("comm_id", &ShoalBackend::comm_id, "The id of the group's communicator (the same on every rank).")
+      .def(
+          "grow",
+          [](ShoalBackend& be, const c10::intrusive_ptr<c10d::Store>& lobby, int joiners, double timeout_s) {
+            return be.grow(lobby, joiners, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)));
+          },
+          py::arg("lobby"), py::arg("joiners") = -1, py::arg("timeout_s") = 120.0,
+          py::call_guard<py::gil_scoped_release>(),
+          "Admits the newcomers waiting in `lobby` (joiners=-1) or exactly `joiners`; returns a backend over the "
+          "grown communicator (this group's ranks first), or None when nobody was admitted.")
+      .def_static(
+          "join",
+          [](const c10::intrusive_ptr<c10d::Store>& lobby, double timeout_s, const std::string& name,
+             const std::string& advertise_host, double op_timeout_s) {
+            BackendConfig cfg;
+            cfg.name = name;
+            cfg.advertise_host = advertise_host;
+            cfg.timeout = std::chrono::milliseconds(static_cast<int64_t>(op_timeout_s * 1000.0));
+            return ShoalBackend::join_grown(lobby, std::move(cfg),
+                                      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0)));
+          },
+          py::arg("lobby"), py::arg("timeout_s") = 120.0, py::arg("name") = "shoal", py::arg("advertise_host") = "",
+          py::arg("op_timeout_s") = 1800.0, py::call_guard<py::gil_scoped_release>(),
+          "A newcomer's side of grow(): waits in `lobby` until a group's grow() admits it; returns its backend.")
       .def(
           "device_staging",
           [](ShoalBackend& be) -> py::object {
