@@ -80,6 +80,11 @@ void resolve_timeout(Options& opts, const std::string& who) {
 }  // namespace
 
 namespace core {
+std::string describe_store(const Store& store) {
+  const TcpStore* t = tcp_store_of(&store);
+  return t ? "at " + t->host() + ":" + std::to_string(t->port()) : std::string("the store the job was given");
+}
+
 void resolve_options(Options& opts, const Store& store, const std::string& who) {
   resolve_timeout(opts, who);
   if (opts.name.empty()) {

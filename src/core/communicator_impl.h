@@ -54,6 +54,8 @@ struct Wired {
 Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode,
            const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live,
            bool fresh_secret = false);
+// "at <host>:<port>" for a TcpStore (under any PrefixStores).
+std::string describe_store(const Store& store);
 // Fills in what `opts` leaves to shoal (SHOAL_TIMEOUT_S, a per-process name,
 // the advertised address: the one this host reaches `store`'s host by);
 // checks the timeout (`who` prefixes the error).

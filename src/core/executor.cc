@@ -126,6 +126,14 @@ void CommunicatorImpl::reap_p2p() {
                                                std::to_string(op.tag) + "): "));
       hybrid_->poll();  // throws the cause, after publishing it
     }
+    if (probe) {
+      // Has another rank failed the job, or is the store gone? (Collectives
+      // ask in the transport's wait.)
+      if (auto cause = live_->abort_record()) {
+        hybrid_->abort(core::with_context(cause, label_ + ": " + std::string(coll::coll_name(op.coll)) + ": "));
+        hybrid_->poll();  // throws the cause
+      }
+    }
     if (probe && op.peer >= 0) {
       if (auto gone = hybrid_->gone_silently(view_.to_wire(op.peer))) {
         hybrid_->abort(gone);

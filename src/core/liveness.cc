@@ -143,9 +143,24 @@ std::exception_ptr JobLiveness::abort_record() {
       auto rec = core::AbortRecord::decode(c_.store_->get_str("abort"));
       if (rec && rec->detector != c_.rank_) return rec->to_error();
     }
+  } catch (const Error& e) {
+    // A store whose connection is lost stays lost (TcpStore): its host is
+    // gone, and with it the job's rendezvous, agreement and abort records.
+    // (A client-side timeout is a TimeoutError: asked again next poll.)
+    if (e.code() == ErrorCode::kStore) return store_lost(e.what());
   } catch (...) {
   }
   return nullptr;
+}
+
+std::exception_ptr JobLiveness::store_lost(const std::string& cause) {
+  const int host = c_.opts_.store_host_rank;
+  std::string msg = "the job's rendezvous store (" + describe_store(*c_.store_) + ") is unreachable: " + cause;
+  if (host >= 0 && host != c_.rank_) {
+    return std::make_exception_ptr(PeerLost("peer lost: rank " + std::to_string(host) + ", which hosts " + msg, host));
+  }
+  return std::make_exception_ptr(
+      StoreError(msg + (host < 0 ? " (its host, e.g. the launcher of node 0, is gone)" : "")));
 }
 
 // Called every abort poll while this rank is blocked in shoal: answers a
@@ -225,7 +240,7 @@ std::exception_ptr JobLiveness::lost(int peer, const std::string& who, const std
       auto rec = core::AbortRecord::decode(c_.store_->get_str("abort"));
       if (rec && rec->detector != c_.rank_) return rec->to_error();
     }
-  } catch (const Error&) {
+  } catch (const Error& e) {
     const int host = c_.opts_.store_host_rank;
     if (host >= 0 && host != c_.rank_ && host != peer) {
       return std::make_exception_ptr(
@@ -233,6 +248,11 @@ std::exception_ptr JobLiveness::lost(int peer, const std::string& who, const std
                        " (it hosts the rendezvous store, which is unreachable; the connection to " + who +
                        " closed too)",
                    host));
+    }
+    if (e.code() == ErrorCode::kStore) {
+      return std::make_exception_ptr(PeerLost("peer lost: " + who + ": " + detail + "; and the job's rendezvous store (" +
+                                                  describe_store(*c_.store_) + ") is unreachable: " + e.what(),
+                                              peer));
     }
   }
   return std::make_exception_ptr(PeerLost("peer lost: " + who + ": " + detail, peer));

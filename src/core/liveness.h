@@ -51,8 +51,11 @@ class JobLiveness final : public transport::Liveness {
   // Whether `peer`'s process, on this host, has exited (false when it runs
   // elsewhere or this cannot tell). No side effect.
   bool process_gone(int peer);
-  // Another rank's published cause, or null.
+  // Another rank's published cause, or null; the store's loss (store_lost)
+  // when it cannot be asked any more.
   std::exception_ptr abort_record();
+  // The error of a store that is gone, naming it (and the rank hosting it).
+  std::exception_ptr store_lost(const std::string& cause);
   // This communicator's roll call (answered by its blocked sends and receives).
   RollCall& roll_call() { return roll_call_; }
 
