@@ -1,5 +1,5 @@
 # shoal — the two commands: `make demo` and `make test` (each sets itself up).
-.PHONY: all setup setup-python build build-asan test test-cpp test-launcher test-python test-tensorflow test-netbed test-bench test-package test-asan test-fuzz demo demo-perf bench clean
+.PHONY: soak all setup setup-python build build-asan test test-cpp test-launcher test-python test-tensorflow test-netbed test-bench test-package test-asan test-fuzz demo demo-perf bench clean
 
 BUILD      ?= build
 # One clang AddressSanitizer tree serves the ASan test run and the fuzzers.
@@ -94,6 +94,12 @@ test-fuzz: setup $(FUZZ_BUILD)/build.ninja
 	    { tail -n 60 $(FUZZ_BUILD)/$$f.log; echo "test-fuzz: $$f FAILED (log: $(FUZZ_BUILD)/$$f.log)"; exit 1; }; \
 	  echo "test-fuzz: $$f: $$(grep -o 'stat::number_of_executed_units: [0-9]*' $(FUZZ_BUILD)/$$f.log | grep -o '[0-9]*$$') runs in $(FUZZ_SECONDS) s, $$(grep -o 'cov: [0-9]* ft: [0-9]*' $(FUZZ_BUILD)/$$f.log | tail -n 1), no crash"; \
 	done
+
+# The long soaks (opt-in; tests/fault/README.md): 1,000 trials of the fault
+# harness and 1,000 of its recover mode (about 35 minutes on 2 cores).
+soak: build
+	$(call scratch,soak) $(BUILD)/bin/shoal-fault --trials 1000 --seed 20240601 --ranks 2-5 --max-bytes 4194304
+	$(call scratch,soak) $(BUILD)/bin/shoal-fault --recover --trials 1000 --seed 20240601 --ranks 2-8 --faults kill,kill2,stop
 
 # The main job: the SageMaker-style DDP script on 2 local workers, via shoalrun.
 demo: build

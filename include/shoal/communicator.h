@@ -307,6 +307,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // it. Options: this communicator's.
   std::shared_ptr<Communicator> shrink(const Membership& m);
   // agree() then shrink(): what a survivor calls after an operation failed.
+  // A member that dies before it joins the new communicator (every member
+  // then fails to make it alike) is agreed away in the next epoch, and so on.
   std::shared_ptr<Communicator> recover(const AgreeOptions& o = {});
 
   // Newcomers join (docs/errors.md, "Growing back"). Every rank of this
@@ -340,6 +342,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
  private:
   explicit Communicator(std::unique_ptr<CommunicatorImpl> impl);
+  // agree() from epoch `first` on (recover(): an epoch whose members could
+  // not make their communicator is passed over by all of them alike).
+  Membership agree_from(const AgreeOptions& o, uint64_t first);
   std::unique_ptr<CommunicatorImpl> impl_;
 };
 

@@ -52,7 +52,7 @@ struct Wired {
 // must differ from the job's even when SHOAL_SECRET gives one (rank 0 draws
 // a salt; the secret is HMAC(SHOAL_SECRET, salt)).
 Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode,
-           const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live,
+           const std::string& tcp_congestion, const HostInfo& host, JobLiveness& live,
            bool fresh_secret = false);
 // "at <host>:<port>" for a TcpStore (under any PrefixStores).
 std::string describe_store(const Store& store);
@@ -67,7 +67,10 @@ std::shared_ptr<Store> incarnation(const std::shared_ptr<Store>& store, const st
 
 class CommunicatorImpl final : public core::Runner {
  public:
-  CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts, bool fresh_secret = false);
+  // `processes`: the ranks' process tokens, when they are known from another
+  // communicator of the same processes (shrink, grow; JobLiveness::seed_processes).
+  CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts, bool fresh_secret = false,
+                   const std::vector<std::string>* processes = nullptr);
   // A group of `parent`'s ranks `members` (parent numbering; this rank is
   // members[rank]) that shares the parent's transport (Communicator::split).
   // `keep` holds the parent alive as long as the group.

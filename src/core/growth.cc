@@ -27,14 +27,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-
 int64_t read_count(Store& s, const std::string& key) { return s.add(key, 0); }
 
 std::unique_ptr<CommunicatorImpl> wire_grown(const std::shared_ptr<Store>& lobby, uint64_t g, int rank, int size,
-                                             Options o) {
+                                             Options o, const std::vector<std::string>* processes = nullptr) {
   auto keys = std::make_shared<PrefixStore>("grow/" + std::to_string(g) + "/comm", lobby);
-  return std::make_unique<CommunicatorImpl>(std::move(keys), rank, size, std::move(o), /*fresh_secret=*/true);
+  return std::make_unique<CommunicatorImpl>(std::move(keys), rank, size, std::move(o), /*fresh_secret=*/true,
+                                            processes);
 }
 
 void check(const GrowOptions& o, const std::string& who) {
@@ -104,7 +103,11 @@ std::shared_ptr<Communicator> Communicator::grow(std::shared_ptr<Store> lobby, c
   Options opts = c.opts_;
   opts.advertise_host = c.advertise_host();
   opts.name = (opts.name.empty() ? std::string("c") : opts.name) + ".g" + std::to_string(g);
-  return std::shared_ptr<Communicator>(new Communicator(wire_grown(lobby, g, c.rank_, size, std::move(opts))));
+  std::vector<std::string> processes;
+  for (int r = 0; r < c.size_; ++r) processes.push_back(r == c.rank_ ? std::string() : c.liveness().process_of(r));
+  // An old rank that dies before it joins is seen at once.
+  auto impl = wire_grown(lobby, g, c.rank_, size, std::move(opts), &processes);
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
 std::shared_ptr<Communicator> Communicator::join(std::shared_ptr<Store> lobby, Options opts, const GrowOptions& o) {

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include "collectives/registry.h"
 #include "common/process.h"
@@ -38,7 +39,9 @@ int JobLiveness::to_wire(int peer) const { return c_.view_.to_wire(peer); }
 
 transport::PeerAddress JobLiveness::address(int peer) {
   if (!is_root()) return root().address(to_wire(peer));
-  std::istringstream in(c_.store_->get_str("addr/" + std::to_string(peer)));
+  const std::string key = "addr/" + std::to_string(peer);
+  wait_published(peer, key);
+  std::istringstream in(c_.store_->get_str(key));
   transport::PeerAddress a;
   in >> a.host >> a.port >> a.hostname >> a.host_id >> a.process;
   return a;
@@ -84,6 +87,39 @@ int64_t JobLiveness::local_pid(int peer) {
   const std::string token = process_token(peer);
   return token == "-" ? 0 : proc::local_pid(token);
 }
+
+// A peer publishes its address (and rank 0 the communicator's id and
+// secret) when it makes the communicator. One that died first never will:
+// when its process is known (seed_processes: the same processes as an
+// earlier communicator), ask after it while waiting.
+void JobLiveness::wait_published(int peer, const std::string& key) {
+  std::string known;
+  {
+    MutexLock g(mu_);
+    if (!processes_.empty()) known = processes_[static_cast<size_t>(peer)];
+  }
+  if (known.empty() || known == "-") return;  // the caller's get waits as the store does
+  const auto until = Clock::now() + c_.store_->timeout();
+  for (int poll = 0; !c_.store_->check({key}); ++poll) {
+    if (proc::probe(known) == proc::Liveness::kGone) {
+      throw PeerLost("peer lost: rank " + std::to_string(peer) + ": its process (pid " + proc::pid_of(known) +
+                         " on this machine) has exited before it joined this communicator",
+                     peer);
+    }
+    if (Clock::now() > until) return;  // the caller's get says what the store says
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll < 50 ? 2 : 20));  // polling the store
+  }
+}
+
+void JobLiveness::seed_processes(const std::vector<std::string>& tokens) {
+  MutexLock g(mu_);
+  if (processes_.empty()) processes_.resize(static_cast<size_t>(c_.size_));
+  for (size_t i = 0; i < tokens.size() && i < processes_.size(); ++i) {
+    if (!tokens[i].empty() && tokens[i] != "-") processes_[i] = tokens[i];
+  }
+}
+
+std::string JobLiveness::process_of(int peer) { return process_token(peer); }
 
 std::exception_ptr JobLiveness::peer_gone(int peer) {
   if (!is_root()) return root().peer_gone(to_wire(peer));

@@ -48,6 +48,16 @@ class JobLiveness final : public transport::Liveness {
   void still_waiting(double waited_s, const std::string& waiting) override;
   std::string describe(const transport::Fingerprint& fp) override { return describe_fingerprint(fp); }
 
+  // The processes of this communicator's ranks, known from another
+  // communicator of the same processes (shrink, grow): tokens[i] is rank i's
+  // (empty or "-": unknown, read from the rendezvous as usual).
+  void seed_processes(const std::vector<std::string>& tokens);
+  // Returns once `key` (which `peer` publishes) is in the store; throws
+  // PeerLost when `peer`'s process, known from seed_processes, is gone first.
+  // Without a known process, returns at once (the caller's get waits).
+  void wait_published(int peer, const std::string& key);
+  // `peer`'s process token ("-": unknown).
+  std::string process_of(int peer);
   // Whether `peer`'s process, on this host, has exited (false when it runs
   // elsewhere or this cannot tell). No side effect.
   bool process_gone(int peer);

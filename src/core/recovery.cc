@@ -48,7 +48,9 @@ Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 }  // namespace
 
-Membership Communicator::agree(const AgreeOptions& o) {
+Membership Communicator::agree(const AgreeOptions& o) { return agree_from(o, 1); }
+
+Membership Communicator::agree_from(const AgreeOptions& o, uint64_t first) {
   CommunicatorImpl& c = *impl_;
   const int n = c.size_, me = c.rank_;
   const std::string who = c.label() + ": agree: ";
@@ -71,7 +73,7 @@ Membership Communicator::agree(const AgreeOptions& o) {
     }
   }
   const auto give_up = Clock::now() + o.timeout;
-  for (uint64_t epoch = 1;; ++epoch) {
+  for (uint64_t epoch = first;; ++epoch) {
     const std::string base = "recover/" + std::to_string(epoch) + "/";
     std::vector<char> in(static_cast<size_t>(n), 0);
     in[static_cast<size_t>(me)] = 1;
@@ -159,11 +161,30 @@ std::shared_ptr<Communicator> Communicator::shrink(const Membership& m) {
   // Under this communicator's keys (no other communicator's), per epoch, and
   // counted (a second shrink to the same membership gets keys of its own).
   auto scoped = core::incarnation(c.store(), "recover/" + std::to_string(m.epoch) + "/comm", c.rank_);
+  std::vector<std::string> processes;
+  for (int r : m.members) processes.push_back(r == c.rank_ ? std::string() : c.liveness().process_of(r));
+  // A member that dies before it joins is seen at once.
   auto impl = std::make_unique<CommunicatorImpl>(std::move(scoped), rank, static_cast<int>(m.members.size()),
-                                                 std::move(o), /*fresh_secret=*/true);
+                                                 std::move(o), /*fresh_secret=*/true, &processes);
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
-std::shared_ptr<Communicator> Communicator::recover(const AgreeOptions& o) { return shrink(agree(o)); }
+std::shared_ptr<Communicator> Communicator::recover(const AgreeOptions& o) {
+  AgreeOptions a = o;
+  Membership m = agree(a);
+  for (;;) {
+    try {
+      return shrink(m);
+    } catch (const PeerLost& e) {
+      // A member died before it joined: making the communicator waits for
+      // its rank 0's keys, so every member failed here alike. Agree again,
+      // without it, in the next epoch.
+      const int lost = e.peer();
+      if (lost < 0 || lost >= static_cast<int>(m.members.size())) throw;
+      a.suspects.push_back(m.members[static_cast<size_t>(lost)]);
+      m = agree_from(a, m.epoch + 1);
+    }
+  }
+}
 
 }  // namespace shoal

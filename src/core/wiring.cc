@@ -66,8 +66,11 @@ namespace {
 
 // The communicator's unique id: chosen by rank 0, so that connections from
 // another job or an earlier run on the same port are refused.
-uint64_t agree_on_job(Store& store, int rank) {
-  if (rank != 0) return std::stoull(store.get_str("uid"));
+uint64_t agree_on_job(Store& store, int rank, JobLiveness& live) {
+  if (rank != 0) {
+    live.wait_published(0, "uid");
+    return std::stoull(store.get_str("uid"));
+  }
   uint64_t uid = 0;
   std::FILE* f = std::fopen("/dev/urandom", "rb");
   if (!f || std::fread(&uid, sizeof(uid), 1, f) != 1) uid = static_cast<uint64_t>(getpid()) << 20;
@@ -89,7 +92,7 @@ auth::Secret salted(const auth::Secret& secret, const std::string& salt) {
   return auth::Secret::from_hex(auth::to_hex(m.data(), m.size()), "the shrunk communicator's secret");
 }
 
-auth::Secret agree_on_secret(Store& store, int rank, bool fresh) {
+auth::Secret agree_on_secret(Store& store, int rank, bool fresh, JobLiveness& live) {
   auth::Secret secret = auth::Secret::from_env();
   const std::string kFromEnv = "SHOAL_SECRET";
   if (rank == 0) {
@@ -104,6 +107,7 @@ auth::Secret agree_on_secret(Store& store, int rank, bool fresh) {
     store.set_str("secret", from_env ? kFromEnv + (salt.empty() ? "" : " " + salt) : secret.hex());
     return salt.empty() ? secret : salted(secret, salt);
   }
+  live.wait_published(0, "secret");
   std::string shared = store.get_str("secret");
   std::string salt;
   if (shared.rfind(kFromEnv + " ", 0) == 0) {
@@ -122,11 +126,11 @@ auth::Secret agree_on_secret(Store& store, int rank, bool fresh) {
 }  // namespace
 
 Wired wire(Store& store, int rank, int size, const Options& opts, const std::string& shm_mode,
-           const std::string& tcp_congestion, const HostInfo& host, transport::Liveness& live,
+           const std::string& tcp_congestion, const HostInfo& host, JobLiveness& live,
            bool fresh_secret) {
   Wired w;
-  w.job = agree_on_job(store, rank);
-  w.secret = agree_on_secret(store, rank, fresh_secret);
+  w.job = agree_on_job(store, rank, live);
+  w.secret = agree_on_secret(store, rank, fresh_secret, live);
   transport::tcp::TcpOptions t;
   t.rank = rank;
   t.size = size;
@@ -169,7 +173,7 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
 }  // namespace core
 
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts,
-                                   bool fresh_secret)
+                                   bool fresh_secret, const std::vector<std::string>* processes)
     : rank_(rank),
       size_(size),
       opts_(std::move(opts)),
@@ -181,6 +185,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int s
   crowded_ = host_.crowded(host_.local_ranks);
   label_ = "shoal rank " + std::to_string(rank_);
   live_ = std::make_unique<core::JobLiveness>(*this);
+  if (processes) live_->seed_processes(*processes);
   core::Wired w =
       core::wire(*store_, rank_, size_, opts_, shm_mode_, tcp_congestion_, host_, *live_, fresh_secret);
   uid_ = w.job;
