@@ -17,7 +17,9 @@ that names the lost rank; the survivors call ``shoal.torch.recover(group)``
 ``torch.distributed.shrink_group``), go back to the step's commit, wrap the
 model again for the smaller group and redo the step with the batch split over
 fewer ranks. No sample is lost or seen twice: a step's batch depends only on
-the step. Each survivor prints what happened and how long the recovery took.
+the step. Each survivor prints what happened and how long the recovery took;
+the kill and the end of the redone step carry CLOCK_MONOTONIC stamps (``t=``,
+one clock for every process of a machine, network namespaces included).
 
 The launcher must keep the survivors running when a rank dies
 (``--fault-tolerance shrink``: shoalrun then also hosts the job's store, so
@@ -134,6 +136,7 @@ def main():
             step = saved["step"]
     ddp = DDP(net, process_group=group)
     lost = 0  # ranks lost and not yet replaced
+    redoing = False
     while step < a.steps:
         if replacing and dist.get_world_size(group) < full:
             # A step boundary: admit replacements (waiting for them right after a loss).
@@ -166,7 +169,7 @@ def main():
             # average over the ranks gives it
             loss = torch.nn.functional.mse_loss(out, y[mine], reduction="sum") * world / a.batch
             if me == a.kill_rank and step == a.kill_step and not os.environ.get("SHOAL_REPLACEMENT"):
-                print(f"rank {me}: killing myself in the middle of step {step}", flush=True)
+                print(f"rank {me}: killing myself in the middle of step {step} (t={time.monotonic():.6f})", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
             loss.backward()         # the gradients' all-reduce: where the survivors see the loss
             opt.step()
@@ -184,7 +187,11 @@ def main():
                           f"{world} -> {dist.get_world_size(group)} ranks, this rank is now "
                           f"{dist.get_rank(group)}; redoing step {step}")
             print(f"rank {me}: {events[-1]}", flush=True)
+            redoing = True
             continue
+        if redoing:  # the first step after a recovery is done: every collective of it completed
+            print(f"rank {me}: step {step} redone (t={time.monotonic():.6f})", flush=True)
+            redoing = False
         step += 1
     digest = sha256(net, opt)
     if dist.get_rank(group) == 0:
