@@ -65,6 +65,14 @@ struct Options {
   // The rank hosting the store, if it is a rank of this communicator (-1: not
   // known). Used to name the culprit when the store itself disappears.
   int store_host_rank = -1;
+  // create_or_split: make the group afresh, with connections (and shared
+  // memory) of its own, rather than split it from a communicator that
+  // holds its ranks; as SHOAL_GROUP_CONNECTIONS=own does for every group.
+  // Such a group costs a listening socket and connections (or shared-memory
+  // rings) of its own, but it fails only with its own members: a lost rank
+  // breaks the groups that contain it and no other.
+  // The group's rank 0 decides for the group. Ignored by create and split.
+  bool own_connections = false;
 };
 
 // Per-operation options.
@@ -227,8 +235,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // that it shares that one's connections; else it is created afresh and
   // later groups may be split from it. The group's rank 0 decides, and tells
   // the others through `store`: it makes a fresh one when the candidate is
-  // broken or SHOAL_GROUP_CONNECTIONS=own. Every process must make its
-  // groups in the same order (as torch.distributed.new_group requires).
+  // broken, when its `opts.own_connections` is set, or under
+  // SHOAL_GROUP_CONNECTIONS=own. Every process must make its groups in the
+  // same order (as torch.distributed.new_group requires). A group made
+  // afresh names its ranks in messages as the job numbers them
+  // ("rank 3 (group rank 1)"), as a split group names its parent's.
   static std::shared_ptr<Communicator> create_or_split(std::shared_ptr<Store> store, int rank, int size,
                                                        std::vector<int64_t> job_ranks, Options opts = {});
 
@@ -345,6 +356,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // agree() from epoch `first` on (recover(): an epoch whose members could
   // not make their communicator is passed over by all of them alike).
   Membership agree_from(const AgreeOptions& o, uint64_t first);
+  // create(), naming rank i as the job's rank job_ranks[i] in messages
+  // (empty: i), for create_or_split.
+  static std::shared_ptr<Communicator> create_named(std::shared_ptr<Store> store, int rank, int size, Options opts,
+                                                    std::vector<int64_t> job_ranks);
   std::unique_ptr<CommunicatorImpl> impl_;
 };
 

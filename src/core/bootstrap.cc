@@ -120,6 +120,11 @@ std::shared_ptr<Store> incarnation(const std::shared_ptr<Store>& store, const st
 
 std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    Options opts) {
+  return create_named(std::move(store), rank, size, std::move(opts), {});
+}
+
+std::shared_ptr<Communicator> Communicator::create_named(std::shared_ptr<Store> store, int rank, int size,
+                                                         Options opts, std::vector<int64_t> job_ranks) {
   if (!store) throw InvalidArgument("store: null");
   if (size < 1) throw InvalidArgument("size: must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
@@ -127,7 +132,8 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   }
   core::resolve_options(opts, *store, "");
   auto scoped = core::incarnation(store, "shoal/" + opts.name, rank);
-  auto impl = std::make_unique<CommunicatorImpl>(std::move(scoped), rank, size, std::move(opts));
+  auto impl = std::make_unique<CommunicatorImpl>(std::move(scoped), rank, size, std::move(opts),
+                                                 /*fresh_secret=*/false, /*processes=*/nullptr, std::move(job_ranks));
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

@@ -69,8 +69,10 @@ class CommunicatorImpl final : public core::Runner {
  public:
   // `processes`: the ranks' process tokens, when they are known from another
   // communicator of the same processes (shrink, grow; JobLiveness::seed_processes).
+  // `job_ranks`: rank i is the job's rank job_ranks[i] (create_or_split,
+  // and what shrinks one), as messages name it; empty: rank i is i.
   CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts, bool fresh_secret = false,
-                   const std::vector<std::string>* processes = nullptr);
+                   const std::vector<std::string>* processes = nullptr, std::vector<int64_t> job_ranks = {});
   // A group of `parent`'s ranks `members` (parent numbering; this rank is
   // members[rank]) that shares the parent's transport (Communicator::split).
   // `keep` holds the parent alive as long as the group.
@@ -88,6 +90,11 @@ class CommunicatorImpl final : public core::Runner {
   const std::string& label() const { return label_; }
   uint64_t uid() const { return uid_; }
   int root_rank() const { return root_->rank_; }  // this process's rank in the root communicator
+  // A root's rank `r` as the job numbers it, and as messages name it: "rank
+  // 3", or "rank 3 (group rank 1)" when the two numberings differ.
+  int64_t job_rank(int r) const { return job_ranks_.empty() ? r : job_ranks_[static_cast<size_t>(r)]; }
+  std::string rank_name(int r) const;
+  const std::vector<int64_t>& job_ranks() const { return job_ranks_; }
   // For recovery (core/recovery.cc): the communicator's prefixed store, its
   // liveness, and the advertised address of the transport it runs on.
   const std::shared_ptr<Store>& store() const { return store_; }
@@ -138,6 +145,7 @@ class CommunicatorImpl final : public core::Runner {
   // A group split from a parent keeps it alive (declared first: released last).
   std::shared_ptr<Communicator> parent_;
   CommunicatorImpl* root_ = this;  // the communicator that owns the transport
+  std::vector<int64_t> job_ranks_;  // a root's: see job_rank() (set before anything reads it)
   std::string label_;              // "shoal rank R" (see prefix())
   uint64_t uid_ = 0;               // the communicator's id (flight recorder, connections)
   std::shared_ptr<Store> store_;   // prefixed with this communicator's name

@@ -112,10 +112,10 @@ AbortRecord AbortRecord::from(std::exception_ptr e, int detector) {
   return r;
 }
 
-std::exception_ptr AbortRecord::to_error() const {
+std::exception_ptr AbortRecord::to_error(const std::string& detector_name) const {
   // "rank 3 reports: peer lost: rank 1 ...", without the detector's own
   // "shoal rank 3: " (the raising rank puts its own prefix first).
-  const std::string who = "rank " + std::to_string(detector);
+  const std::string who = detector_name.empty() ? "rank " + std::to_string(detector) : detector_name;
   std::string what = message;
   if (what.rfind("shoal " + who + ": ", 0) == 0) what = what.substr(who.size() + 8);
   return make(code, who + " reports: " + what, peer, suspects);

@@ -29,8 +29,9 @@ struct AbortRecord {
   std::string encode() const;
   static std::optional<AbortRecord> decode(const std::string& s);
   static AbortRecord from(std::exception_ptr e, int detector);
-  // The error to raise on another rank.
-  std::exception_ptr to_error() const;
+  // The error to raise on another rank; `detector_name` names the detector
+  // (JobLiveness::name; empty: "rank <detector>").
+  std::exception_ptr to_error(const std::string& detector_name = "") const;
 };
 
 }  // namespace shoal::core

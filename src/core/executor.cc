@@ -154,6 +154,10 @@ void CommunicatorImpl::execute(Op& op, Work& work, bool now) {
   };
   std::exception_ptr broken;
   if (!now) broken = sched_.broken();
+  // A group split from a parent breaks with the connections they share (a
+  // lost peer, a timeout, the parent's abort), also when its collective
+  // would run in the shared arena without touching them.
+  if (!broken && root_ != this && (broken = hybrid_->broken())) sched_.mark_broken(broken);
   if (broken) {
     observer_->finished(op, broken);
     finish(core::with_context(broken, prefix(op)));

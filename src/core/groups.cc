@@ -65,19 +65,20 @@ bool share_connections() {
   throw InvalidArgument("SHOAL_GROUP_CONNECTIONS: '" + s + "' is not one of shared, own");
 }
 
-// Whether the group splits from `*parent`: its rank 0 decides and publishes
+// Whether the group splits from `*parent` (never when `own`, the group's
+// Options::own_connections, or SHOAL_GROUP_CONNECTIONS=own): its rank 0 decides and publishes
 // the answer, with the id of the root it splits from, in `store` (or its
 // error, so that the others do not wait for an answer that never comes).
 // Every member then splits from that very root (a member's own find() could
 // return another one, e.g. when it saw the first one break and rank 0 did
 // not), whether or not this member sees it broken.
-bool decide_split(Store& store, int rank, const std::vector<int64_t>& job_ranks,
+bool decide_split(Store& store, int rank, bool own, const std::vector<int64_t>& job_ranks,
                   std::shared_ptr<Communicator>* parent, std::vector<int>* members) {
   const std::string kKey = "connections";
   if (rank == 0) {
     bool split;
     try {
-      split = share_connections() && *parent;
+      split = share_connections() && !own && *parent;
     } catch (const InvalidArgument& e) {
       store.set_str(kKey, std::string("error ") + e.what());
       throw;
@@ -114,11 +115,11 @@ std::shared_ptr<Communicator> Communicator::create_or_split(std::shared_ptr<Stor
   std::shared_ptr<Communicator> parent = roots().find(job_ranks, &members);
   // The choice lives under keys of its own for each group made under this
   // store's prefix (torch reuses a group's name, and so its prefix).
-  if ((size > 1 || parent) && decide_split(*core::incarnation(store, "shoal/choice", static_cast<int>(job_ranks[rank])), rank, job_ranks,
-                                           &parent, &members)) {
+  if ((size > 1 || parent) && decide_split(*core::incarnation(store, "shoal/choice", static_cast<int>(job_ranks[rank])), rank,
+                                           opts.own_connections, job_ranks, &parent, &members)) {
     return parent->split(members, std::move(store), std::move(opts));  // blocks until the group's rank 0 has split
   }
-  auto comm = create(std::move(store), rank, size, std::move(opts));
+  auto comm = create_named(std::move(store), rank, size, std::move(opts), job_ranks);
   roots().add(comm, std::move(job_ranks));
   return comm;
 }

@@ -47,6 +47,11 @@ transport::PeerAddress JobLiveness::address(int peer) {
   return a;
 }
 
+std::string JobLiveness::name(int peer) {
+  if (!is_root()) return root().name(to_wire(peer));
+  return c_.rank_name(peer);
+}
+
 bool JobLiveness::is_local(int peer) {
   if (!is_root()) return root().is_local(to_wire(peer));
   {
@@ -102,9 +107,10 @@ void JobLiveness::wait_published(int peer, const std::string& key) {
   const auto until = Clock::now() + c_.store_->timeout();
   for (int poll = 0; !c_.store_->check({key}); ++poll) {
     if (proc::probe(known) == proc::Liveness::kGone) {
-      throw PeerLost("peer lost: rank " + std::to_string(peer) + ": its process (pid " + proc::pid_of(known) +
-                         " on this machine) has exited before it joined this communicator",
-                     peer);
+      std::rethrow_exception(lost_error("peer lost: " + c_.rank_name(peer) + ": its process (pid " +
+                                            proc::pid_of(known) + " on this machine) has exited before it joined this "
+                                            "communicator",
+                                        peer));
     }
     if (Clock::now() > until) return;  // the caller's get says what the store says
     std::this_thread::sleep_for(std::chrono::milliseconds(poll < 50 ? 2 : 20));  // polling the store
@@ -149,7 +155,7 @@ std::exception_ptr JobLiveness::timed_out(const std::string& waiting) {
   std::vector<int> suspects;
   if (silent && !silent->empty()) {
     suspects = *silent;
-    msg = "timed out: " + core::describe_silent(*silent) +
+    msg = "timed out: " + core::describe_silent(*silent, [this](int r) { return c_.rank_name(r); }) +
           " a roll call before the deadline (stopped, hung, or busy outside this communicator); rank " +
           std::to_string(c_.rank_) + " was waiting for " + waiting;
   } else if (silent) {
@@ -177,7 +183,7 @@ std::exception_ptr JobLiveness::abort_record() {
   try {
     if (c_.store_->check({"abort"})) {
       auto rec = core::AbortRecord::decode(c_.store_->get_str("abort"));
-      if (rec && rec->detector != c_.rank_) return rec->to_error();
+      if (rec && rec->detector != c_.rank_) return rec->to_error(c_.rank_name(rec->detector));
     }
   } catch (const Error& e) {
     // A store whose connection is lost stays lost (TcpStore): its host is
@@ -193,7 +199,7 @@ std::exception_ptr JobLiveness::store_lost(const std::string& cause) {
   const int host = c_.opts_.store_host_rank;
   std::string msg = "the job's rendezvous store (" + describe_store(*c_.store_) + ") is unreachable: " + cause;
   if (host >= 0 && host != c_.rank_) {
-    return std::make_exception_ptr(PeerLost("peer lost: rank " + std::to_string(host) + ", which hosts " + msg, host));
+    return lost_error("peer lost: " + c_.rank_name(host) + ", which hosts " + msg, host);
   }
   return std::make_exception_ptr(
       StoreError(msg + (host < 0 ? " (its host, e.g. the launcher of node 0, is gone)" : "")));
@@ -269,29 +275,36 @@ void JobLiveness::broke(std::exception_ptr cause) {
   }
 }
 
+// PeerLost names the lost rank as the job numbers it (its torch phrase,
+// error_mapping.h) and suspects it in this communicator's ranks (agree()).
+std::exception_ptr JobLiveness::lost_error(const std::string& msg, int peer) const {
+  PeerLost e(msg, static_cast<int>(c_.job_rank(peer)));
+  e.set_suspects({peer});
+  return std::make_exception_ptr(e);
+}
+
 std::exception_ptr JobLiveness::lost(int peer, const std::string& who, const std::string& detail) {
   if (!is_root()) return root().lost(to_wire(peer), who, detail);
   try {
     if (c_.store_->check({"abort"})) {
       auto rec = core::AbortRecord::decode(c_.store_->get_str("abort"));
-      if (rec && rec->detector != c_.rank_) return rec->to_error();
+      if (rec && rec->detector != c_.rank_) return rec->to_error(c_.rank_name(rec->detector));
     }
   } catch (const Error& e) {
     const int host = c_.opts_.store_host_rank;
     if (host >= 0 && host != c_.rank_ && host != peer) {
-      return std::make_exception_ptr(
-          PeerLost("peer lost: rank " + std::to_string(host) +
-                       " (it hosts the rendezvous store, which is unreachable; the connection to " + who +
-                       " closed too)",
-                   host));
+      return lost_error("peer lost: " + c_.rank_name(host) +
+                            " (it hosts the rendezvous store, which is unreachable; the connection to " + who +
+                            " closed too)",
+                        host);
     }
     if (e.code() == ErrorCode::kStore) {
-      return std::make_exception_ptr(PeerLost("peer lost: " + who + ": " + detail + "; and the job's rendezvous store (" +
-                                                  describe_store(*c_.store_) + ") is unreachable: " + e.what(),
-                                              peer));
+      return lost_error("peer lost: " + who + ": " + detail + "; and the job's rendezvous store (" +
+                            describe_store(*c_.store_) + ") is unreachable: " + e.what(),
+                        peer);
     }
   }
-  return std::make_exception_ptr(PeerLost("peer lost: " + who + ": " + detail, peer));
+  return lost_error("peer lost: " + who + ": " + detail, peer);
 }
 
 }  // namespace shoal::core

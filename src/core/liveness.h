@@ -47,6 +47,7 @@ class JobLiveness final : public transport::Liveness {
   std::exception_ptr timed_out(const std::string& waiting) override;
   void still_waiting(double waited_s, const std::string& waiting) override;
   std::string describe(const transport::Fingerprint& fp) override { return describe_fingerprint(fp); }
+  std::string name(int peer) override;
 
   // The processes of this communicator's ranks, known from another
   // communicator of the same processes (shrink, grow): tokens[i] is rank i's
@@ -73,6 +74,8 @@ class JobLiveness final : public transport::Liveness {
   bool is_root() const;
   JobLiveness& root() const;
   int to_wire(int peer) const;
+  // The root's: a PeerLost for `peer` with message `msg`.
+  std::exception_ptr lost_error(const std::string& msg, int peer) const;
   // The root's: `peer`'s process token from the rendezvous ("-" when it
   // has none or the store cannot tell), read once.
   std::string process_token(int peer);

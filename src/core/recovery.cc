@@ -163,9 +163,14 @@ std::shared_ptr<Communicator> Communicator::shrink(const Membership& m) {
   auto scoped = core::incarnation(c.store(), "recover/" + std::to_string(m.epoch) + "/comm", c.rank_);
   std::vector<std::string> processes;
   for (int r : m.members) processes.push_back(r == c.rank_ ? std::string() : c.liveness().process_of(r));
+  std::vector<int64_t> job_ranks;  // named as this one names them
+  if (!c.job_ranks().empty()) {
+    for (int r : m.members) job_ranks.push_back(c.job_rank(r));
+  }
   // A member that dies before it joins is seen at once.
   auto impl = std::make_unique<CommunicatorImpl>(std::move(scoped), rank, static_cast<int>(m.members.size()),
-                                                 std::move(o), /*fresh_secret=*/true, &processes);
+                                                 std::move(o), /*fresh_secret=*/true, &processes,
+                                                 std::move(job_ranks));
   return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

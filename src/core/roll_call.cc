@@ -84,9 +84,16 @@ std::optional<std::vector<int>> RollCall::collect(uint64_t gen, Clock::time_poin
   }
 }
 
-std::string describe_silent(const std::vector<int>& ranks) {
-  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]) + " has not answered";
-  return "ranks [" + rank_ranges(ranks) + "] have not answered";
+std::string describe_silent(const std::vector<int>& ranks, const std::function<std::string(int)>& name) {
+  if (ranks.size() == 1) return name(ranks[0]) + " has not answered";
+  std::string named;  // "3 (group rank 1), 5 (group rank 2)"
+  bool plain = true;
+  for (int r : ranks) {
+    const std::string n = name(r);
+    plain = plain && n == "rank " + std::to_string(r);
+    named += (named.empty() ? "" : ", ") + n.substr(n.rfind("rank ", 0) == 0 ? 5 : 0);
+  }
+  return "ranks [" + (plain ? rank_ranges(ranks) : named) + "] have not answered";
 }
 
 }  // namespace shoal::core

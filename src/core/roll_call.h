@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -80,7 +81,9 @@ class RollCall {
   Clock::time_point opened_for_ GUARDED_BY(mu_){};  // the deadline it was opened for
 };
 
-// "rank 2 has not answered" / "ranks [2, 5] have not answered" (rank_ranges).
-std::string describe_silent(const std::vector<int>& ranks);
+// "rank 2 has not answered" / "ranks [2, 5] have not answered" (rank_ranges),
+// each rank named by `name` ("rank 2", JobLiveness::name) when the
+// communicator numbers the job's ranks its own way.
+std::string describe_silent(const std::vector<int>& ranks, const std::function<std::string(int)>& name);
 
 }  // namespace shoal::core

@@ -172,18 +172,26 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
 
 }  // namespace core
 
+std::string CommunicatorImpl::rank_name(int r) const {
+  const int64_t job = job_rank(r);
+  if (job == r) return "rank " + std::to_string(r);
+  return "rank " + std::to_string(job) + " (group rank " + std::to_string(r) + ")";
+}
+
 CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Store> store, int rank, int size, Options opts,
-                                   bool fresh_secret, const std::vector<std::string>* processes)
+                                   bool fresh_secret, const std::vector<std::string>* processes,
+                                   std::vector<int64_t> job_ranks)
     : rank_(rank),
       size_(size),
       opts_(std::move(opts)),
+      job_ranks_(std::move(job_ranks)),
       store_(std::move(store)),
       host_(core::HostInfo::here(size)),
       view_(size, rank),
       sched_(*this, std::make_shared<core::Family>()) {
   init_common();
   crowded_ = host_.crowded(host_.local_ranks);
-  label_ = "shoal rank " + std::to_string(rank_);
+  label_ = "shoal " + rank_name(rank_);
   live_ = std::make_unique<core::JobLiveness>(*this);
   if (processes) live_->seed_processes(*processes);
   core::Wired w =
@@ -236,7 +244,7 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Communicator> keep, Communica
   hybrid_ = parent.hybrid_;
   view_ = transport::View(hybrid_->size(), hybrid_->rank(), static_cast<uint32_t>(ctx), std::move(wire), rank_);
   uid_ = root_->uid_ + ctx;
-  label_ = "shoal rank " + std::to_string(root_->rank_) + " (group " + std::to_string(ctx) + " rank " +
+  label_ = "shoal rank " + std::to_string(root_->job_rank(root_->rank_)) + " (group " + std::to_string(ctx) + " rank " +
            std::to_string(rank_) + ")";
   live_ = std::make_unique<core::JobLiveness>(*this);
   observer_ = std::make_unique<core::Observer>(observer_config(uid_, shm_mode_));

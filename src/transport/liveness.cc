@@ -35,6 +35,8 @@ std::exception_ptr Liveness::timed_out(const std::string& waiting) {
 
 void Liveness::still_waiting(double, const std::string&) {}
 
+std::string Liveness::name(int peer) { return "rank " + std::to_string(peer); }
+
 std::string Liveness::describe(const Fingerprint& fp) {
   std::ostringstream o;
   o << "operation " << int(fp.coll) << "(count=" << fp.count << ", dtype " << int(fp.dtype) << ")";

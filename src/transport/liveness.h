@@ -71,6 +71,10 @@ class Liveness {
   // transport's side).
   virtual void still_waiting(double waited_s, const std::string& waiting);
 
+  // How messages name `peer`: "rank 3", or "rank 3 (group rank 1)" for a
+  // communicator that numbers the job's ranks its own way.
+  virtual std::string name(int peer);
+
   // Renders a Fingerprint for mismatch messages ("allreduce(count=4, float32, sum)").
   virtual std::string describe(const Fingerprint& fp);
 

@@ -2,7 +2,8 @@
 // shrink, recover; docs/errors.md "Recovery"): the store's compare-and-set,
 // the survivors' one membership (a killed rank, a killed leader, a stopped
 // leader voted out, a late rank refused), the shrunk communicator's results
-// byte for byte against a fresh one, and fresh keys for a reused name.
+// byte for byte against a fresh one, fresh keys for a reused name, and
+// groups with connections of their own that outlive a rank outside them.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -227,6 +228,84 @@ TEST(Recovery, ShrunkAndFreshCommunicatorsGiveIdenticalBytes) {
   });
   EXPECT_EQ(test::failures(res), "");
 }
+
+// A group's collectives with values that depend on `round`: allreduce,
+// allgather and broadcast (from each of its ranks in turn), each checked.
+// `jobs` are its members as the job numbers them.
+void check_group(Communicator& g, const std::vector<int64_t>& jobs, int round) {
+  const int n = g.size(), r = g.rank();
+  std::vector<float> x(1000, static_cast<float>(r + 1 + round));
+  g.allreduce(x.data(), x.data(), x.size(), f32, ReduceOp::kSum)->wait();
+  const float sum = static_cast<float>(n * (n + 1) / 2 + n * round);
+  SHOAL_CHECK_MSG(x[0] == sum && x.back() == sum, "round " << round << ": allreduce " << x[0] << ", want " << sum);
+  const int64_t mine[2] = {jobs[static_cast<size_t>(r)] * 1000 + round, -round};
+  std::vector<int64_t> all(2 * jobs.size(), -1);
+  g.allgather(mine, all.data(), 2, DataType::kInt64)->wait();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SHOAL_CHECK_MSG(all[2 * i] == jobs[i] * 1000 + round && all[2 * i + 1] == -round,
+                    "round " << round << ": allgather block " << i << ": " << all[2 * i]);
+  }
+  const int root = round % n;
+  int64_t b = r == root ? int64_t{7} * round + root : -1;
+  g.broadcast(&b, 1, DataType::kInt64, root)->wait();
+  SHOAL_CHECK_MSG(b == int64_t{7} * round + root, "round " << round << ": broadcast from " << root << ": " << b);
+}
+
+bool names_rank(std::exception_ptr err, int rank) {
+  return test::code(err) == ErrorCode::kPeerLost &&
+         test::message(err).find("rank " + std::to_string(rank)) != std::string::npos;
+}
+
+// Four ranks make the world and the groups {0,1} and {2,3} through
+// create_or_split (as torch's new_group does), then rank 3 is killed and
+// the survivors use the world until it fails naming rank 3. With
+// connections of their own (Options::own_connections), the group {0,1}
+// goes on giving correct results, also after the world has been recovered
+// without rank 3; the group {2,3} fails naming rank 3. Sharing the world's
+// connections (the default), both groups break with the world.
+void lost_rank_breaks_only_its_groups(bool own, const std::string& shm) {
+  JobOptions jo;
+  jo.create_comm = false;
+  jo.env["SHOAL_SHM"] = shm;
+  auto res = run_ranks(4, [&](std::shared_ptr<Communicator>&, int me, int n, const auto& store) {
+    Options o;
+    o.timeout = std::chrono::seconds(20);
+    auto world = Communicator::create_or_split(std::make_shared<PrefixStore>("world", store), me, n, {}, o);
+    o.own_connections = own;
+    const std::vector<int64_t> pair = me < 2 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{2, 3};
+    auto group = Communicator::create_or_split(std::make_shared<PrefixStore>(me < 2 ? "g01" : "g23", store), me % 2,
+                                               2, pair, o);
+    check_sum(*world);
+    check_group(*group, pair, 0);
+    if (me == 3) raise(SIGKILL);
+    auto err = until_error(*world);
+    SHOAL_CHECK_MSG(names_rank(err, 3), "the world's error: " << test::message(err));
+    if (me == 2 || !own) {
+      auto gerr = test::capture([&] { check_group(*group, pair, 1); });
+      SHOAL_CHECK_MSG(names_rank(gerr, 3), "group {" << pair[0] << "," << pair[1] << "}'s error: "
+                                                     << (gerr ? test::message(gerr) : "none"));
+    } else {
+      for (int round = 1; round <= 300; ++round) check_group(*group, pair, round);
+      SHOAL_CHECK(test::capture([&] { check_sum(*world); }) != nullptr);  // the world stays broken
+    }
+    auto s = world->recover();
+    SHOAL_CHECK(s->size() == 3);
+    check_sum(*s);
+    if (own && me < 2) {
+      for (int round = 301; round <= 320; ++round) check_group(*group, pair, round);
+    }
+  }, jo);
+  ASSERT_EQ(res[3].signal, SIGKILL) << res[3].output;
+  EXPECT_EQ(survivors_failures(res, {3}), "");
+}
+
+TEST(Recovery, GroupsWithOwnConnectionsOutliveALostRankOutsideThem) {
+  lost_rank_breaks_only_its_groups(true, "1");
+}
+TEST(Recovery, GroupsWithOwnConnectionsOutliveALostRankOutsideThemOverTcp) {
+  lost_rank_breaks_only_its_groups(true, "0");
+}
+TEST(Recovery, GroupsSharingConnectionsBreakWithTheirParent) { lost_rank_breaks_only_its_groups(false, "1"); }
 
 // A name used again (torch reuses a group's name, so its store prefix, after
 // destroy_process_group) gets keys of its own: no abort record or id of

@@ -30,7 +30,7 @@ void await_key(const SetupParams& p, const std::string& key, int who, Clock::tim
     if (auto e = p.live.peer_gone(who)) std::rethrow_exception(e);
     if (auto e = p.live.order_check(who)) std::rethrow_exception(e);
     if (Clock::now() >= deadline) {
-      std::rethrow_exception(p.live.timed_out("rank " + std::to_string(who) +
+      std::rethrow_exception(p.live.timed_out(p.live.name(who) +
                                               " to set up the shared-memory arena (on its first collective)"));
     }
   }
@@ -62,7 +62,7 @@ std::string agree_on_reads(const SetupParams& p, HostArena& arena, Clock::time_p
     // named as one, not a kernel that refuses the reads. Its exit may not
     // show in /proc yet (peer_gone below): the failed read is the proof.
     if (lost >= 0 && lost < p.size && lost != p.rank) {
-      std::rethrow_exception(p.live.lost(lost, "rank " + std::to_string(lost),
+      std::rethrow_exception(p.live.lost(lost, p.live.name(lost),
                                          "its process is gone (" + why + ", found by rank " + std::to_string(r) + ")"));
     }
     why = "rank " + std::to_string(r) + ": " + why;

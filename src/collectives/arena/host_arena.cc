@@ -558,7 +558,7 @@ void HostArena::remote_copy(int peer, bool write, void* local, size_t off, size_
                                "'s buffer (" + (write ? "process_vm_writev" : "process_vm_readv") + ", seq " +
                                std::to_string(seq_) + "): " + std::strerror(err);
       if (err == ESRCH) {  // gone, or a zombie: no memory left to copy
-        std::rethrow_exception(live_->lost(peer, "rank " + std::to_string(peer), "its process is gone (" + what + ")"));
+        std::rethrow_exception(live_->lost(peer, live_->name(peer), "its process is gone (" + what + ")"));
       }
       throw InternalError(what);
     }
@@ -583,7 +583,7 @@ bool HostArena::claim(uint64_t total, uint64_t* piece) {
 
 void HostArena::fail_wait(int peer, uint32_t target) {
   const int phase = (target & 1) ? 1 : 2;
-  std::string waiting = "rank " + std::to_string(peer) + " to reach phase " + std::to_string(phase) +
+  std::string waiting = live_->name(peer) + " to reach phase " + std::to_string(phase) +
                         " of a shared-memory round of seq " + std::to_string(seq_) +
                         " (" + live_->describe(fp_) + ")";
   std::rethrow_exception(live_->timed_out(waiting));

@@ -95,7 +95,7 @@ void ShmTransport::learn_name(int peer) {
 
 std::string ShmTransport::describe_peer(int peer) const {
   std::ostringstream o;
-  o << "rank " << peer;
+  o << live_.name(peer);
   if (peer >= 0 && peer < opts_.size && !names_[peer].empty()) {
     o << " (" << names_[peer] << ", shared memory)";
   } else {

@@ -65,7 +65,7 @@ bool TcpTransport::heard_from(int peer) const {
 
 std::string TcpTransport::describe_peer(int peer) const {
   std::ostringstream o;
-  o << "rank " << peer;
+  o << live_.name(peer);
   if (peer >= 0 && peer < opts_.size && !addr_cache_[peer].host.empty()) {
     const auto& a = addr_cache_[peer];
     o << " (" << a.hostname << " " << a.host << ":" << a.port << ")";
