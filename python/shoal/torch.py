@@ -13,6 +13,7 @@ compatibility module uses it for ``smddp``). It is idempotent.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import ipaddress
 import os
 import socket
@@ -23,7 +24,7 @@ import torch.distributed as dist
 
 from shoal import _C
 
-__all__ = ["register", "ShoalBackend", "DEVICES", "recover", "grow", "join"]
+__all__ = ["register", "ShoalBackend", "DEVICES", "Options", "recover", "grow", "join"]
 
 ShoalBackend = _C.ShoalBackend
 
@@ -87,6 +88,21 @@ def _advertise_host(base) -> str:
     return ""
 
 
+@dataclasses.dataclass
+class Options:
+    """``pg_options`` of a shoal group: ``dist.new_group(ranks, backend="shoal",
+    pg_options=shoal.torch.Options(own_connections=True))``.
+
+    `own_connections`: the group gets connections (and shared memory) of its
+    own instead of sharing those of the first shoal group that holds its ranks
+    (``SHOAL_GROUP_CONNECTIONS=own`` does this for every group). Its collectives
+    then need no common order with that group's, and a lost rank breaks it
+    only if it is a member; the price is a listening socket and connections
+    per group and rank (docs/torch.md). The group's rank 0 decides for the
+    group."""
+    own_connections: bool = False
+
+
 _ADOPT: list = []  # a backend grow() or join() made, for the init_process_group they call to take
 
 
@@ -111,7 +127,8 @@ def _create(opts, backend_options, *, name: str):
     return _C.ShoalBackend(store, rank, size, timeout_s=timeout_s, name=name,
                            group_name=str(opts.group_id or ""),
                            advertise_host=_advertise_host(base),
-                           global_ranks=global_ranks, store_host_rank=store_host_rank)
+                           global_ranks=global_ranks, store_host_rank=store_host_rank,
+                           own_connections=bool(getattr(backend_options, "own_connections", False)))
 
 
 def _creator(name: str):

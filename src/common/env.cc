@@ -84,12 +84,14 @@ const Knob kKnobs[] = {
      "equal identities talk through shared memory and count as one host to the topology-aware "
      "algorithms; the tests use it to split one machine into several \"hosts\"."},
     {"SHOAL_GROUP_CONNECTIONS", "shared", nullptr,
-     "torch backend: how `dist.new_group` makes a shoal group. `shared`: split it from the first "
-     "shoal communicator that holds its ranks, reusing its connections (collectives of the group "
-     "and of that communicator must then be issued in the same relative order on every rank; "
-     "another order fails with a `collective order mismatch` error); `own`: new connections for "
-     "the group. The group's rank 0 decides for the group. See "
-     "[torch.md](torch.md#groups-mixing-backends)."},
+     "torch backend: how `dist.new_group` makes a shoal group (`Communicator::create_or_split`). "
+     "`shared`: split it from the first shoal communicator that holds its ranks, reusing its "
+     "connections (collectives of the group and of that communicator must then be issued in the "
+     "same relative order on every rank; another order fails with a `collective order mismatch` "
+     "error; a lost peer breaks both); `own`: new connections for every group, which then fails "
+     "only with its own members. One group asks for its own with "
+     "`pg_options=shoal.torch.Options(own_connections=True)` (`Options::own_connections`). The "
+     "group's rank 0 decides for the group. See [torch.md](torch.md#groups-mixing-backends)."},
     {"SHOAL_ADVERTISE_ADDR", "", "(derived)",
      "The address other ranks use to reach this one. Default: the local address of the route to "
      "the store's host (`MASTER_ADDR`), else 127.0.0.1."},

@@ -337,9 +337,10 @@ def _open_fds():
 @suite("groups")
 def groups():
     """Subgroups reuse the default group's connections (SHOAL_GROUP_CONNECTIONS=shared,
-    the default: no new file descriptors), or make their own (=own); either way
-    they compute the same, p2p uses global ranks, and a Gloo-default job's
-    shoal groups share the first shoal group's connections."""
+    the default: no new file descriptors), or make their own (=own, or one group's
+    pg_options=shoal.torch.Options(own_connections=True)); either way they
+    compute the same, p2p uses global ranks, and a Gloo-default job's shoal
+    groups share the first shoal group's connections."""
     import shoal.torch  # noqa: F401
     c = Checks()
     shared = os.environ.get("SHOAL_GROUP_CONNECTIONS", "shared") == "shared"
@@ -413,11 +414,22 @@ def groups():
         else:
             assert opened, "SHOAL_GROUP_CONNECTIONS=own made no connections of its own"
 
+    def own_by_options():
+        # one group asks for its own connections (pg_options), whatever the knob says
+        before_own = _open_fds()
+        g_own = dist.new_group([0, WS - 1], pg_options=shoal.torch.Options(own_connections=True))
+        if RANK in (0, WS - 1):
+            x = torch.full((4,), float(RANK))
+            dist.all_reduce(x, group=g_own)
+            close(x, torch.full((4,), float(WS - 1)), "all_reduce on a group with its own connections")
+            assert sorted(_open_fds() - before_own), "pg_options own_connections made no connections of its own"
+
     c.run("subgroup collectives", collectives)
     c.run("pair group, p2p, vs gloo", pair)
     c.run("async interleaved", async_interleaved)
     dist.barrier()
     c.run("file descriptors", descriptors)
+    c.run("own connections by pg_options", own_by_options)
     dist.destroy_process_group()
     return c.report()
 

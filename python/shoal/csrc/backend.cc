@@ -44,6 +44,7 @@ ShoalBackend::ShoalBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   o.name = "torch";
   o.advertise_host = cfg_.advertise_host;
   o.store_host_rank = cfg_.store_host_rank;
+  o.own_connections = cfg_.own_connections;
   try {
     // Split from an earlier communicator holding the group when one can be
     // (shared connections), else made afresh: the core decides.
@@ -149,8 +150,10 @@ c10d::ErrorType ShoalBackend::getError() {
   }
 }
 
-void ShoalBackend::abort() {
-  if (auto c = comm()) c->abort("aborted through torch.distributed (process group abort)");
+void ShoalBackend::abort() { abort("aborted through torch.distributed (process group abort)"); }
+
+void ShoalBackend::abort(const std::string& reason) {
+  if (auto c = comm()) c->abort(reason);
 }
 
 std::vector<int> ShoalBackend::suspects() const {

@@ -220,6 +220,7 @@ struct BackendConfig {
   std::string advertise_host;             // empty: shoal's default
   std::vector<int64_t> global_ranks;      // empty: the world
   int store_host_rank = -1;               // group rank hosting the store, if any
+  bool own_connections = false;           // shoal::Options::own_connections (pg_options)
 };
 
 class ShoalBackend : public c10d::Backend {
@@ -290,6 +291,9 @@ class ShoalBackend : public c10d::Backend {
   // Breaks the communicator at once (Communicator::abort): never waits for
   // a peer or for what is queued.
   void abort() override;
+  // abort() with the cause its operations fail with (a library above that
+  // aborts a group for another rank's failure names that failure).
+  void abort(const std::string& reason);
   void shutdown() override;
 
   // Surviving a lost rank (docs/torch.md, "Recovery"): agree() runs the

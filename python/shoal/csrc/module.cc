@@ -20,7 +20,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<ShoalBackend, c10d::Backend, c10::intrusive_ptr<ShoalBackend>>(m, "ShoalBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
                        const std::string& name, const std::string& group_name, const std::string& advertise_host,
-                       std::vector<int64_t> global_ranks, int store_host_rank) {
+                       std::vector<int64_t> global_ranks, int store_host_rank, bool own_connections) {
              BackendConfig cfg;
              cfg.name = name;
              cfg.group_name = group_name;
@@ -28,14 +28,20 @@ PYBIND11_MODULE(_C, m) {
              cfg.advertise_host = advertise_host;
              cfg.global_ranks = std::move(global_ranks);
              cfg.store_host_rank = store_host_rank;
+             cfg.own_connections = own_connections;
              return c10::make_intrusive<ShoalBackend>(store, rank, size, std::move(cfg));
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s") = 1800.0,
            py::arg("name") = "shoal", py::arg("group_name") = "", py::arg("advertise_host") = "",
            py::arg("global_ranks") = std::vector<int64_t>{}, py::arg("store_host_rank") = -1,
+           py::arg("own_connections") = false,
            py::call_guard<py::gil_scoped_release>())
       .def("comm_error", &ShoalBackend::comm_error, py::call_guard<py::gil_scoped_release>(),
            "The first error that broke this group's communicator ('' if none).")
+      .def(
+          "abort_because", [](ShoalBackend& be, const std::string& reason) { be.abort(reason); },
+          py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
+          "Aborts the group (as abort()); its operations fail with 'aborted: <reason>'.")
       .def("suspects", &ShoalBackend::suspects, py::call_guard<py::gil_scoped_release>(),
            "The group ranks the communicator's error blames (the lost peer, the ranks silent at a roll call).")
       .def(
