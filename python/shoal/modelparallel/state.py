@@ -21,6 +21,15 @@ every rank in the same order):
 Without tensor parallelism TP groups have one rank and are not created
 (``tpg``/``tp`` are groups of this rank alone only when asked), and the RDP
 groups are the DP groups (``rdp_grad`` is ``grad``).
+
+The groups within one data-parallel replica (``pipe``/``pp``, ``mp``,
+``tpg``/``tp``) have connections of their own; those that cross replicas
+(``ctl``/``world``, ``grad``/``dp``, ``rdp_grad``/``rdp``) share the
+default group's. So a rank lost in one replica breaks the groups that
+contain it and no others: the other replicas' pipelines go on, and the
+gradient groups fail naming the lost rank (failure.py). Own connections
+cost each such group a listening socket per rank and connections (or
+shared-memory rings) to the peers it talks to (docs/torch.md).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from typing import Any, List, Optional
 
 import torch.distributed as dist
 
-import shoal.torch  # noqa: F401  (registers the backend)
+import shoal.torch  # registers the backend; its Options
 
 from ..mpcommon import config as C
 from ..mpcommon import state as core
@@ -51,29 +60,28 @@ class _State(core.State):
         self.optimizers: List[Any] = []   # DistributedOptimizers
         self.step_ctx: Any = None         # the step being run (steps.py)
 
-    def internal_groups(self) -> List:
-        return [g for g in (self.pipe, self.grad, self.rdp_grad, self.tpg, self.ctl) if g is not None]
+    def replica_groups(self) -> List:
+        """The library's groups within this rank's data-parallel replica."""
+        return [g for g in (self.pipe, self.tpg) if g is not None]
+
+    def crossing_groups(self) -> List:
+        """The library's groups that cross replicas."""
+        return [g for g in (self.grad, self.rdp_grad, self.ctl) if g is not None]
 
 
 STATE = _State()
 require = STATE.require
 
+# The kinds of group within one data-parallel replica (mpcommon/topology.py).
+_REPLICA_KINDS = ("pp", "mp", "tp")
+
 
 def _new_group(ranks: List[int], own_connections: bool = False):
-    """A shoal group; with `own_connections` it gets connections of its own (SHOAL_GROUP_CONNECTIONS=own)
-    instead of sharing those of the first communicator holding its ranks, so that its collectives
-    need no common order with that communicator's (docs/knobs.md)."""
-    if not own_connections:
-        return dist.new_group(ranks, backend="shoal")
-    prev = os.environ.get("SHOAL_GROUP_CONNECTIONS")
-    os.environ["SHOAL_GROUP_CONNECTIONS"] = "own"
-    try:
-        return dist.new_group(ranks, backend="shoal")
-    finally:
-        if prev is None:
-            del os.environ["SHOAL_GROUP_CONNECTIONS"]
-        else:
-            os.environ["SHOAL_GROUP_CONNECTIONS"] = prev
+    """A shoal group; with `own_connections` it gets connections of its own instead of sharing those
+    of the first communicator holding its ranks: its collectives need no common order with that
+    communicator's, and it fails only with its own members (docs/torch.md)."""
+    opts = shoal.torch.Options(own_connections=True) if own_connections else None
+    return dist.new_group(ranks, backend="shoal", pg_options=opts)
 
 
 def init(config=None) -> None:
@@ -103,16 +111,18 @@ def init(config=None) -> None:
     for kind, names in (("pp", ("pipe", "pp")), ("mp", ("mp",)), ("dp", ("grad", "dp")),
                         ("rdp", ("rdp_grad", "rdp") if tp else ()), ("tp", ("tpg", "tp") if tp else ())):
         for ranks in s.topo.groups(kind):
-            # the TP modules' collectives run inside forward and backward (on an accelerator's autograd
-            # thread too), beside the pipeline's and the gradient buckets' traffic: own connections
-            made = [_new_group(ranks, own_connections=(name == "tpg")) for name in names]
+            # groups within a replica own their connections (see above); so the TP modules'
+            # collectives, run inside forward and backward (on an accelerator's autograd thread
+            # too), need no common order with the pipeline's and the gradient buckets' traffic
+            made = [_new_group(ranks, own_connections=kind in _REPLICA_KINDS) for _ in names]
             if s.rank in ranks:
                 for name, g in zip(names, made):
                     setattr(s, name, g)
     if not tp:
         s.rdp_grad, s.rdp = s.grad, s.dp
     store = dist.distributed_c10d._get_default_store()
-    s.monitor = FailureMonitor(store, f"shoal/smp/{s.epoch}/failure", s.who(), s.internal_groups, world_size)
+    s.monitor = FailureMonitor(store, f"shoal/smp/{s.epoch}/failure", s.who(), min(s.mp_ranks), s.replica_groups,
+                               s.crossing_groups, world_size)
     s.optimizers = []
     s.step_ctx = None
     s.initialized = True
