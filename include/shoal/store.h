@@ -31,6 +31,11 @@ class Store {
   // Blocks until every key exists; TimeoutError after `timeout`.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   virtual bool remove(const std::string& key) = 0;
+  // The values of `keys`, in their order; blocks until every key exists or
+  // the store's timeout passes (TimeoutError), as c10d's multiGet. One
+  // request to a TcpStore, where reading n keys one get() at a time costs n
+  // round trips; the default calls get() for each key.
+  virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys);
   // Atomically: when `key` holds `expected` (or is absent and `expected` is
   // empty), stores `desired`. Returns what `key` holds afterwards (`desired`
   // when the swap happened, else the value that stayed; empty when the key
@@ -95,6 +100,7 @@ class TcpStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
   bool remove(const std::string& key) override;
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   std::chrono::milliseconds timeout() const override;
@@ -118,6 +124,7 @@ class PrefixStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
   bool remove(const std::string& key) override;
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   std::chrono::milliseconds timeout() const override;

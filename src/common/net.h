@@ -38,6 +38,10 @@ class Fd {
 // Listens on host:port (IPv4 or IPv6 literal or name; "" or "0.0.0.0" = any).
 // port 0 binds an ephemeral port; bound_port() tells which.
 Fd listen_tcp(const std::string& host, uint16_t port, int backlog = 1024);
+// The backlog of a rendezvous store's listener: every rank of a job connects
+// at about the same time, and a connection the queue has no room for waits a
+// second for its SYN to be sent again (the kernel caps it at somaxconn).
+inline constexpr int kStoreBacklog = 65535;
 uint16_t bound_port(int fd);
 
 // What a refused connection means to the caller: a server that may not be

@@ -1,4 +1,5 @@
-// rendezvous/prefix_store.cc — PrefixStore: every key of `base` under "<prefix>/".
+// rendezvous/prefix_store.cc — PrefixStore: every key of `base` under "<prefix>/";
+// the Store defaults (multi_get, compare_set).
 #include <utility>
 
 #include "shoal/error.h"
@@ -31,10 +32,24 @@ void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::millis
   base_->wait(k, timeout);
 }
 
+std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys) {
+  std::vector<std::string> k;
+  k.reserve(keys.size());
+  for (const auto& key : keys) k.push_back(full(key));
+  return base_->multi_get(k);
+}
+
 bool PrefixStore::remove(const std::string& key) { return base_->remove(full(key)); }
 
 Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   return base_->compare_set(full(key), expected, desired);
+}
+
+std::vector<Bytes> Store::multi_get(const std::vector<std::string>& keys) {
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(get(key));
+  return values;
 }
 
 Bytes Store::compare_set(const std::string& key, const Bytes&, const Bytes&) {

@@ -10,6 +10,9 @@
 //     CHECK  u32 n, n x str key         -> u8 all-exist
 //     WAIT   u32 n, n x str key         -> (empty)      (answered once all keys exist)
 //     DELETE str key                    -> u8 existed
+//     COMPARE_SET str key, str expected, str desired -> value bytes (what key holds after)
+//     MULTI_GET u32 n, n x str key      -> u32 n, n x str value  (answered once all keys
+//                                          exist; the values in the keys' order)
 //   response body = u8 status (0 ok, 1 error), then the result above, or for
 //                   an error the message text.
 //
@@ -44,12 +47,13 @@
 
 namespace shoal::store_proto {
 
-enum class Cmd : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kDelete = 6, kCompareSet = 7 };
+enum class Cmd : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kDelete = 6, kCompareSet = 7,
+                         kMultiGet = 8 };
 enum class Status : uint8_t { kOk = 0, kError = 1 };
 
 inline constexpr size_t kMaxKey = 4096;              // bytes per key
 inline constexpr size_t kMaxValue = size_t{64} << 20;  // bytes per value
-inline constexpr size_t kMaxKeys = size_t{1} << 20;  // keys per CHECK/WAIT
+inline constexpr size_t kMaxKeys = size_t{1} << 20;  // keys per CHECK/WAIT/MULTI_GET
 // The largest legal body: a SET of a maximal key and value.
 inline constexpr size_t kMaxBody = 1 + 4 + kMaxKey + 4 + kMaxValue;
 inline constexpr size_t kFrameHeader = 4;
@@ -63,6 +67,7 @@ inline const char* cmd_name(Cmd c) {
     case Cmd::kWait: return "WAIT";
     case Cmd::kDelete: return "DELETE";
     case Cmd::kCompareSet: return "COMPARE_SET";
+    case Cmd::kMultiGet: return "MULTI_GET";
   }
   return "?";
 }
@@ -173,7 +178,7 @@ struct Request {
   std::string_view value;              // SET; COMPARE_SET: the desired value
   std::string_view expected;           // COMPARE_SET
   int64_t delta = 0;                   // ADD
-  std::vector<std::string_view> keys;  // CHECK, WAIT
+  std::vector<std::string_view> keys;  // CHECK, WAIT, MULTI_GET
 };
 
 // Parses one frame body; false when it is malformed (unknown command, a field
@@ -201,7 +206,8 @@ inline bool parse_request(const uint8_t* body, size_t n, Request* out) {
       out->value = r.str(kMaxValue);
       return r.done();
     case Cmd::kCheck:
-    case Cmd::kWait: {
+    case Cmd::kWait:
+    case Cmd::kMultiGet: {
       const uint32_t k = r.u32();
       if (!r.ok() || k > kMaxKeys || k > (n - 5) / 4) return false;  // each key takes at least 4 bytes
       out->keys.reserve(k);

@@ -65,6 +65,23 @@ void check_key(const std::string& key) {
   }
 }
 
+// A CHECK, WAIT or MULTI_GET request: the command, then the keys.
+Bytes keys_frame(Cmd cmd, const std::vector<std::string>& keys) {
+  Bytes f;
+  Writer w(&f);
+  w.u8(static_cast<uint8_t>(cmd));
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) {
+    check_key(k);
+    w.str(k);
+  }
+  if (keys.size() > store_proto::kMaxKeys || w.end() > store_proto::kMaxBody) {
+    throw InvalidArgument(std::string("store: ") + store_proto::cmd_name(cmd) + " of " + std::to_string(keys.size()) +
+                          " keys exceeds the request limit");
+  }
+  return f;
+}
+
 std::string keys_text(const std::vector<std::string>& keys) {
   std::string s = keys.size() == 1 ? "key " : "keys ";
   for (size_t i = 0; i < keys.size() && i < 4; ++i) s += (i ? ", '" : "'") + keys[i] + "'";
@@ -260,17 +277,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
   if (keys.empty()) return true;
-  Bytes f;
-  Writer w(&f);
-  w.u8(static_cast<uint8_t>(Cmd::kCheck));
-  w.u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) {
-    check_key(k);
-    w.str(k);
-  }
-  if (keys.size() > store_proto::kMaxKeys || w.end() > store_proto::kMaxBody) {
-    throw InvalidArgument("store: CHECK of " + std::to_string(keys.size()) + " keys exceeds the request limit");
-  }
+  const Bytes f = keys_frame(Cmd::kCheck, keys);
   const milliseconds t = impl_->timeout();
   const std::string what = "CHECK of " + keys_text(keys);
   Bytes r = impl_->call(f, deadline_after(t), what,
@@ -282,20 +289,30 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
 
 void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) {
   if (keys.empty()) return;
-  Bytes f;
-  Writer w(&f);
-  w.u8(static_cast<uint8_t>(Cmd::kWait));
-  w.u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) {
-    check_key(k);
-    w.str(k);
-  }
-  if (keys.size() > store_proto::kMaxKeys || w.end() > store_proto::kMaxBody) {
-    throw InvalidArgument("store: WAIT on " + std::to_string(keys.size()) + " keys exceeds the request limit");
-  }
+  const Bytes f = keys_frame(Cmd::kWait, keys);
   impl_->call(f, deadline_after(timeout), "WAIT on " + keys_text(keys),
               "store: timed out after " + std::to_string(timeout.count()) + " ms waiting for " + keys_text(keys) +
                   " at " + impl_->addr);
+}
+
+std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  const Bytes f = keys_frame(Cmd::kMultiGet, keys);
+  const milliseconds t = impl_->timeout();
+  const std::string what = "MULTI_GET of " + keys_text(keys);
+  Bytes r = impl_->call(f, deadline_after(t), what,
+                        "store: timed out after " + std::to_string(t.count()) + " ms waiting for " + keys_text(keys) +
+                            " at " + impl_->addr);
+  store_proto::Reader rd(r.data(), r.size());
+  std::vector<Bytes> values(rd.u32() == keys.size() ? keys.size() : 0);
+  for (auto& v : values) {
+    const std::string_view b = rd.str(store_proto::kMaxValue);
+    v.assign(b.begin(), b.end());
+  }
+  if (values.size() != keys.size() || !rd.done()) {
+    throw StoreError("store: malformed reply to " + what + " from " + impl_->addr);
+  }
+  return values;
 }
 
 bool TcpStore::remove(const std::string& key) {

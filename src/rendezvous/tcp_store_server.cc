@@ -4,7 +4,8 @@
 // A connection is parsed only while it has no parked request and no unsent
 // reply, so a well-behaved client (one request at a time) never has more than
 // one frame buffered; anything beyond one maximal frame is dropped as abuse.
-// GET/WAIT on missing keys park the connection in `waiters_`; SET/ADD wake it.
+// GET/WAIT/MULTI_GET on missing keys park the connection in `waiters_`;
+// SET/ADD/COMPARE_SET wake it.
 #include "rendezvous/tcp_store_server.h"
 
 #include <sys/epoll.h>
@@ -59,7 +60,7 @@ bool epoll_set(int ep, int op, int fd, uint64_t tag, uint32_t events) {
 StoreServer::StoreServer(const std::string& host, uint16_t port, const auth::Secret& secret,
                          std::chrono::milliseconds handshake_timeout)
     : secret_(secret), handshake_timeout_(handshake_timeout) {
-  listen_ = net::listen_tcp(host, port);
+  listen_ = net::listen_tcp(host, port, net::kStoreBacklog);
   net::set_nonblocking(listen_.get(), true);
   port_ = net::bound_port(listen_.get());
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -401,18 +402,19 @@ bool StoreServer::handle(uint64_t id, Conn& c, const store_proto::Request& req) 
     }
     case Cmd::kCheck:
     case Cmd::kWait: {
-      std::vector<std::string> missing;
-      std::unordered_set<std::string_view> seen;
-      for (std::string_view key : req.keys) {
-        if (!data_.count(std::string(key)) && seen.insert(key).second) missing.emplace_back(key);
-      }
+      std::vector<std::string> absent = missing(req.keys);
       if (req.cmd == Cmd::kCheck) {
-        reply_u8(&c.out, missing.empty());
-      } else if (missing.empty()) {
+        reply_u8(&c.out, absent.empty());
+      } else if (absent.empty()) {
         reply_ok(&c.out);
       } else {
-        park(id, c, Parked::kWait, std::move(missing));
+        park(id, c, Parked::kWait, std::move(absent));
       }
+      return true;
+    }
+    case Cmd::kMultiGet: {
+      c.get_keys.assign(req.keys.begin(), req.keys.end());
+      multi_get(id, c);
       return true;
     }
     case Cmd::kDelete: {
@@ -438,6 +440,42 @@ bool StoreServer::handle(uint64_t id, Conn& c, const store_proto::Request& req) 
     }
   }
   return false;  // unknown command (parse_request refuses those)
+}
+
+// The distinct keys of `keys` that hold no value.
+std::vector<std::string> StoreServer::missing(const std::vector<std::string_view>& keys) const {
+  std::vector<std::string> absent;
+  std::unordered_set<std::string_view> seen;
+  for (std::string_view key : keys) {
+    if (!data_.count(std::string(key)) && seen.insert(key).second) absent.emplace_back(key);
+  }
+  return absent;
+}
+
+// Answers the MULTI_GET of c.get_keys when every key holds a value, else
+// parks it until they all do (a key may have been deleted since it was
+// set: the request parks again). True when it answered.
+bool StoreServer::multi_get(uint64_t id, Conn& c) {
+  std::vector<std::string> absent = missing(std::vector<std::string_view>(c.get_keys.begin(), c.get_keys.end()));
+  if (!absent.empty()) {
+    park(id, c, Parked::kMultiGet, std::move(absent));
+    return false;
+  }
+  size_t body = 4;
+  for (const auto& k : c.get_keys) body += 4 + data_.at(k)->size();
+  if (body > store_proto::kMaxValue) {
+    reply_error(&c.out, "MULTI_GET of " + std::to_string(c.get_keys.size()) + " keys: the values take " +
+                            std::to_string(body) + " bytes, over the " + std::to_string(store_proto::kMaxValue) +
+                            "-byte limit of a reply (ask for fewer keys at a time)");
+  } else {
+    Writer w(&c.out);
+    w.u8(static_cast<uint8_t>(Status::kOk));
+    w.u32(static_cast<uint32_t>(c.get_keys.size()));
+    for (const auto& k : c.get_keys) w.bytes(*data_.at(k));
+    w.end();
+  }
+  c.get_keys.clear();
+  return true;
 }
 
 void StoreServer::park(uint64_t id, Conn& c, Parked kind, std::vector<std::string> missing_keys) {
@@ -467,13 +505,16 @@ void StoreServer::notify(const std::string& key) {
   for (uint64_t wid : ids) {
     Conn* w = find(wid);
     if (w == nullptr || w->parked == Parked::kNone || --w->missing > 0) continue;
-    if (w->parked == Parked::kGet) {
+    const Parked kind = w->parked;
+    w->parked = Parked::kNone;
+    w->waiting.clear();
+    if (kind == Parked::kGet) {
       reply_value(*w, data_.at(w->get_key));  // == key, set just now
+    } else if (kind == Parked::kMultiGet) {
+      if (!multi_get(wid, *w)) continue;  // parked again
     } else {
       reply_ok(&w->out);
     }
-    w->parked = Parked::kNone;
-    w->waiting.clear();
     w->get_key.clear();
     if (flush(wid, *w)) to_pump_.push_back(wid);
   }

@@ -44,7 +44,7 @@ class StoreServer {
   uint16_t port() const { return port_; }
 
  private:
-  enum class Parked : uint8_t { kNone, kGet, kWait };
+  enum class Parked : uint8_t { kNone, kGet, kWait, kMultiGet };
   struct Conn {
     net::Fd fd;
     std::string from;  // the client's address, for messages
@@ -60,6 +60,7 @@ class StoreServer {
     bool want_out = false;  // EPOLLOUT registered
     Parked parked = Parked::kNone;
     std::string get_key;               // kGet: the key to answer with
+    std::vector<std::string> get_keys;  // kMultiGet: the keys to answer with, in order
     std::vector<std::string> waiting;  // keys this connection is registered under
     size_t missing = 0;                // registered keys not yet set
   };
@@ -75,7 +76,9 @@ class StoreServer {
   void reject(const Conn& c, const std::string& why);
   int expire_handshakes();  // returns the epoll timeout until the next deadline
   bool handle(uint64_t id, Conn& c, const store_proto::Request& req);
+  std::vector<std::string> missing(const std::vector<std::string_view>& keys) const;
   void park(uint64_t id, Conn& c, Parked kind, std::vector<std::string> missing_keys);
+  bool multi_get(uint64_t id, Conn& c);
   void notify(const std::string& key);
   void reply_value(Conn& c, std::shared_ptr<const Bytes> v);
   void close_conn(uint64_t id);

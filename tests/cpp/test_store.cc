@@ -1,5 +1,6 @@
 // Tests of the rendezvous store: TcpStore (server + clients, threads and forked
-// processes, timeouts, server loss, malformed input) and PrefixStore.
+// processes, timeouts, server loss, malformed input), PrefixStore, and
+// MULTI_GET against shoalrun's workers' store.
 // Synchronisation uses the store's own blocking calls or pipes, never sleeps.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include "common/net.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
+#include "workers_store.h"
 
 namespace {
 
@@ -163,6 +165,90 @@ TEST(TcpStore, WaitBlocksUntilEveryKeyIsSet) {
   server->set_str("w/c", "1");
   t.join();
   EXPECT_TRUE(all_present);
+}
+
+TEST(TcpStore, MultiGetAnswersInTheKeysOrder) {
+  auto server = make_server();
+  auto client = make_client(server->port());
+  server->set_str("mg/a", "alpha");
+  server->set("mg/empty", {});
+  server->add("mg/n", 7);
+  const auto v = client->multi_get({"mg/n", "mg/a", "mg/empty", "mg/a"});
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(std::string(v[0].begin(), v[0].end()), "7");
+  EXPECT_EQ(std::string(v[1].begin(), v[1].end()), "alpha");
+  EXPECT_TRUE(v[2].empty());
+  EXPECT_EQ(v[3], v[1]);
+  EXPECT_TRUE(client->multi_get({}).empty());
+}
+
+// A MULTI_GET from another client of the store at `port`, answered once
+// both its keys hold a value at the same time: whenever the request
+// arrives, the first "a" is gone by then.
+void multi_get_parks_until_every_key_holds_a_value(uint16_t port, shoal::Store& setter) {
+  std::vector<Bytes> got;
+  std::thread t([&] {
+    auto c = make_client(port);
+    c->set_str("mg/ready", "1");
+    got = c->multi_get({"mg/a", "mg/b"});
+  });
+  setter.wait({"mg/ready"}, 30s);
+  setter.set_str("mg/a", "first");
+  setter.remove("mg/a");
+  setter.set_str("mg/b", "b");
+  setter.set_str("mg/a", "second");
+  t.join();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(std::string(got[0].begin(), got[0].end()), "second");
+  EXPECT_EQ(std::string(got[1].begin(), got[1].end()), "b");
+}
+
+TEST(TcpStore, MultiGetParksUntilEveryKeyHoldsAValue) {
+  auto server = make_server();
+  multi_get_parks_until_every_key_holds_a_value(server->port(), *server);
+}
+
+TEST(TcpStore, MultiGetTimesOutAndTheClientStaysUsable) {
+  auto server = make_server();
+  auto client = make_client(server->port(), 100ms);
+  server->set_str("mg/here", "1");
+  try {
+    client->multi_get({"mg/here", "mg/never"});
+    FAIL() << "no timeout";
+  } catch (const shoal::TimeoutError& e) {
+    EXPECT_TRUE(contains(e.what(), "mg/never")) << e.what();
+  }
+  EXPECT_EQ(client->multi_get({"mg/here"}).size(), 1u);
+}
+
+TEST(TcpStore, MultiGetOverTheReplyLimitIsAStoreError) {
+  auto server = make_server();
+  server->set("mg/big1", Bytes(33u << 20, 1));
+  server->set("mg/big2", Bytes(33u << 20, 2));
+  try {
+    server->multi_get({"mg/big1", "mg/big2"});
+    FAIL() << "no error";
+  } catch (const shoal::StoreError& e) {
+    EXPECT_TRUE(contains(e.what(), "fewer keys")) << e.what();
+  }
+  EXPECT_EQ(server->multi_get({"mg/big1"})[0].size(), 33u << 20);  // the connection survives
+}
+
+// shoalrun's workers' store speaks the same protocol (tools/shoalrun/workers_store.h).
+TEST(LauncherStore, MultiGetAnswersInOrderAndParks) {
+  shoalrun::WorkersStore ws("127.0.0.1", 0, shoal::auth::Secret());
+  auto client = make_client(ws.port(), 100ms);
+  client->set_str("mg/a", "alpha");
+  client->set("mg/empty", {});
+  const auto v = client->multi_get({"mg/a", "mg/empty", "mg/a"});
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(std::string(v[0].begin(), v[0].end()), "alpha");
+  EXPECT_TRUE(v[1].empty());
+  EXPECT_EQ(v[2], v[0]);
+  EXPECT_THROW(client->multi_get({"mg/a", "mg/never"}), shoal::TimeoutError);
+  client->set_timeout(30s);
+  client->remove("mg/a");
+  multi_get_parks_until_every_key_holds_a_value(ws.port(), *client);
 }
 
 TEST(TcpStore, WaitTimesOutAndTheClientStaysUsable) {
@@ -336,6 +422,10 @@ TEST(PrefixStore, IsolatesNamespaces) {
   EXPECT_FALSE(a.check({"k"}));
   EXPECT_TRUE(b.check({"k"}));
   b.wait({"k", "n"}, 1s);
+  const auto kn = b.multi_get({"k", "n"});
+  ASSERT_EQ(kn.size(), 2u);
+  EXPECT_EQ(std::string(kn[0].begin(), kn[0].end()), "2");
+  EXPECT_EQ(std::string(kn[1].begin(), kn[1].end()), "10");
   EXPECT_THROW(a.wait({"k"}, 50ms), shoal::TimeoutError);
 
   auto inner = std::make_shared<PrefixStore>("y", base);

@@ -81,6 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case Cmd::kAdd: model[std::string(req.key)] = std::to_string(req.delta); break;
       case Cmd::kCheck:
       case Cmd::kWait:
+      case Cmd::kMultiGet:
         for (auto k : req.keys) (void)model.count(std::string(k));
         break;
       case Cmd::kDelete: model.erase(std::string(req.key)); break;

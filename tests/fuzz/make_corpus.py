@@ -91,7 +91,8 @@ REQUESTS = (store_frame(b"\x01" + s("key") + s("value")) +          # SET
             store_frame(b"\x03" + s("n") + struct.pack("<q", -5)) +   # ADD
             store_frame(b"\x04" + struct.pack("<I", 2) + s("key") + s("n")) +  # CHECK
             store_frame(b"\x05" + struct.pack("<I", 1) + s("key")) +  # WAIT
-            store_frame(b"\x06" + s("key")))                          # DELETE
+            store_frame(b"\x06" + s("key")) +                         # DELETE
+            store_frame(b"\x08" + struct.pack("<I", 2) + s("n") + s("n")))  # MULTI_GET
 write("fuzz_store_server", "plain_requests", bytes([2 | (5 << 2)]) + HELLO_PLACEHOLDER + REQUESTS)
 write("fuzz_store_server", "secret_requests", bytes([3 | (3 << 2)]) + HELLO_PLACEHOLDER + PROOF_PLACEHOLDER + REQUESTS)
 write("fuzz_store_server", "secret_bytewise", bytes([3]) + HELLO_PLACEHOLDER + PROOF_PLACEHOLDER +

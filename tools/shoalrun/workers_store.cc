@@ -2,13 +2,14 @@
 #include "workers_store.h"
 
 #include <fcntl.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -21,102 +22,17 @@
 #include "common/net.h"
 #include "log.h"
 #include "rendezvous/store_protocol.h"
+#include "torch_store_protocol.h"
 
 namespace shoalrun {
 namespace {
 
 namespace proto = shoal::store_proto;
+using namespace torch_proto;
 using Clock = std::chrono::steady_clock;
 
-// torch's c10d::detail::QueryType and its constants (TCPStoreBackend.hpp).
-enum TorchQuery : uint8_t {
-  kValidate = 0,
-  kSet = 1,
-  kCompareSet = 2,
-  kGet = 3,
-  kAdd = 4,
-  kCheck = 5,
-  kWait = 6,
-  kGetNumKeys = 7,
-  kDeleteKey = 8,
-  kAppend = 9,
-  kMultiGet = 10,
-  kMultiSet = 11,
-  kCancelWait = 12,
-  kPing = 13,
-};
-constexpr uint32_t kValidationMagic = 0x3C85F7CE;
-constexpr uint8_t kCheckReady = 0, kCheckNotReady = 1;
-constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;
 constexpr uint8_t kShoalCompareSet = 7;  // shoal's COMPARE_SET (store_protocol.h)
-
-constexpr size_t kMaxKey = size_t{64} << 10;
-constexpr size_t kMaxValue = size_t{256} << 20;
-constexpr uint64_t kMaxCount = uint64_t{1} << 20;
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-
-// Reads little-endian fields of a torch query from buffered bytes. A read
-// past the end sets short_ (wait for more); a length over its limit sets bad_.
-class Cursor {
- public:
-  Cursor(const char* p, size_t n) : p_(p), n_(n) {}
-  template <class T>
-  T value() {
-    T v{};
-    if (!take(sizeof(T))) return v;
-    std::memcpy(&v, p_ + pos_ - sizeof(T), sizeof(T));  // the host is little-endian, as torch assumes
-    return v;
-  }
-  std::string str(size_t max) {
-    const auto len = value<uint64_t>();
-    if (!ok()) return {};
-    if (len > max) {
-      bad_ = true;
-      return {};
-    }
-    if (!take(len)) return {};
-    return std::string(p_ + pos_ - len, len);
-  }
-  uint64_t count() {
-    const auto k = value<uint64_t>();
-    if (ok() && k > kMaxCount) bad_ = true;
-    return ok() ? k : 0;
-  }
-  bool ok() const { return !short_ && !bad_; }
-  bool bad() const { return bad_; }
-  size_t used() const { return pos_; }
-
- private:
-  bool take(size_t k) {
-    if (!ok()) return false;
-    if (n_ - pos_ < k) {
-      short_ = true;
-      return false;
-    }
-    pos_ += k;
-    return true;
-  }
-  const char* p_;
-  size_t n_;
-  size_t pos_ = 0;
-  bool short_ = false;
-  bool bad_ = false;
-};
-
-template <class T>
-void put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-void put_vec(std::string* out, const std::string& v) {
-  put<uint64_t>(out, v.size());
-  out->append(v);
-}
-
-// torch's client puts "/" before every key.
-std::string torch_key(std::string raw) {
-  if (!raw.empty() && raw[0] == '/') raw.erase(0, 1);
-  return raw;
-}
 
 bool parse_i64(const std::string& s, int64_t* v) {
   if (s.empty()) {
@@ -135,7 +51,7 @@ bool parse_i64(const std::string& s, int64_t* v) {
 
 struct WorkersStore::Impl {
   enum class Proto { kUnknown, kTorch, kShoal };
-  enum class Park { kNone, kTorchWait, kShoalGet, kShoalWait };
+  enum class Park { kNone, kTorchWait, kShoalGet, kShoalWait, kShoalMultiGet };
   struct Conn {
     shoal::net::Fd fd;
     std::string from;
@@ -149,72 +65,100 @@ struct WorkersStore::Impl {
     size_t out_pos = 0;
     Park park = Park::kNone;
     std::string get_key;
+    std::vector<std::string> get_keys;  // kShoalMultiGet: the keys to answer with, in order
     std::unordered_set<std::string> missing;
+    bool want_out = false;  // EPOLLOUT registered: a reply waits for room
   };
 
   shoal::auth::Secret secret;
   shoal::net::Fd listen;
+  shoal::net::Fd epoll;
   int wake[2] = {-1, -1};
   std::thread thread;
 
   std::mutex mu;  // guards everything below (the thread holds it while it serves a batch)
   bool stop = false;
-  uint64_t next_id = 1;
+  uint64_t next_id = kFirstConn;
   std::map<uint64_t, Conn> conns;
   std::unordered_map<std::string, std::string> data;
   std::unordered_map<std::string, std::unordered_set<uint64_t>> waiters;
   std::set<std::string> refused_queries;  // logged once each
+  std::vector<uint64_t> touched;  // connections that may have replies to send (after this batch)
+  std::deque<uint64_t> strangers;  // connections by accept time, until they have shaken hands
 
+  static constexpr uint64_t kListenTag = 0, kWakeTag = 1, kFirstConn = 16;
+
+  bool watch(int op, int fd, uint64_t tag, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = tag;
+    return ::epoll_ctl(epoll.get(), op, fd, &ev) == 0;
+  }
+
+  // Level-triggered epoll: the work of a batch is what its events bring, so
+  // a store with thousands of idle connections costs nothing per request.
   void run() noexcept {
-    std::vector<pollfd> fds;
-    std::vector<uint64_t> ids;
+    epoll_event evs[64];
     while (true) {
-      fds.clear();
-      ids.clear();
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (stop) return;
-        fds.push_back({listen.get(), POLLIN, 0});
-        fds.push_back({wake[0], POLLIN, 0});
-        for (auto& [id, c] : conns) {
-          short ev = POLLIN;
-          if (c.out_pos < c.out.size()) ev |= POLLOUT;
-          fds.push_back({c.fd.get(), ev, 0});
-          ids.push_back(id);
-        }
-      }
-      const int n = ::poll(fds.data(), fds.size(), 1000);
+      const int n = ::epoll_wait(epoll.get(), evs, 64, drop_strangers());
       if (n < 0 && errno != EINTR) return;
       std::lock_guard<std::mutex> lock(mu);
       if (stop) return;
-      if (fds[1].revents != 0) {
-        char b[64];
-        while (::read(wake[0], b, sizeof(b)) > 0) {
+      for (int i = 0; i < n; ++i) {
+        const uint64_t tag = evs[i].data.u64;
+        if (tag == kWakeTag) {
+          char b[64];
+          while (::read(wake[0], b, sizeof(b)) > 0) {
+          }
+        } else if (tag == kListenTag) {
+          accept_all();
+        } else if (auto it = conns.find(tag); it != conns.end()) {
+          touched.push_back(tag);
+          if ((evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !read_some(tag, it->second)) {
+            close_conn(tag);
+          }
         }
       }
-      if (fds[0].revents != 0) accept_all();
-      for (size_t i = 0; i < ids.size(); ++i) {
-        const short re = fds[i + 2].revents;
-        if (re == 0) continue;
-        auto it = conns.find(ids[i]);
+      // Flush what the batch queued (replies, and waits it completed).
+      std::vector<uint64_t> ids;
+      ids.swap(touched);
+      for (uint64_t id : ids) {
+        auto it = conns.find(id);
         if (it == conns.end()) continue;
-        bool keep = true;
-        if (re & (POLLIN | POLLHUP | POLLERR)) keep = read_some(ids[i], it->second);
-        if (!keep) close_conn(ids[i]);
-      }
-      // Flush what the batch queued (replies, and waits it completed), and
-      // drop silent strangers.
-      const auto now = Clock::now();
-      std::vector<uint64_t> dead;
-      for (auto& [id, c] : conns) {
-        if (!flush(c)) dead.push_back(id);
-        else if (c.proto != Proto::kTorch && !(c.shake && c.shake->done()) && now - c.born > kHandshakeTimeout) {
-          log("workers' store: dropped " + c.from + ": no handshake within 10 s");
-          dead.push_back(id);
+        Conn& c = it->second;
+        const bool alive = flush(c);
+        const bool pending = c.out_pos < c.out.size();
+        if (alive && pending != c.want_out) {
+          c.want_out = pending;
+          watch(EPOLL_CTL_MOD, c.fd.get(), id, EPOLLIN | EPOLLRDHUP | (pending ? uint32_t{EPOLLOUT} : 0u));
         }
+        if (!alive) close_conn(id);
       }
-      for (uint64_t id : dead) close_conn(id);
     }
+  }
+
+  // Drops connections that have not shaken hands within kHandshakeTimeout
+  // (silent strangers); returns how long epoll may sleep until the next
+  // such deadline (ms; -1: none).
+  int drop_strangers() {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto now = Clock::now();
+    while (!strangers.empty()) {
+      auto it = conns.find(strangers.front());
+      if (it == conns.end() || it->second.proto == Proto::kTorch ||
+          (it->second.shake && it->second.shake->done())) {
+        strangers.pop_front();
+        continue;
+      }
+      const auto deadline = it->second.born + kHandshakeTimeout;
+      if (deadline > now) {
+        return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count());
+      }
+      log("workers' store: dropped " + it->second.from + ": no handshake within 10 s");
+      strangers.pop_front();
+      close_conn(it->first);
+    }
+    return -1;
   }
 
   void accept_all() {
@@ -227,7 +171,10 @@ struct WorkersStore::Impl {
       c.fd.reset(fd);
       shoal::net::set_nodelay(fd);
       c.from = shoal::net::peer_address(fd);
-      conns.emplace(next_id++, std::move(c));
+      const uint64_t id = next_id++;
+      if (!watch(EPOLL_CTL_ADD, fd, id, EPOLLIN | EPOLLRDHUP)) continue;  // (closes it)
+      conns.emplace(id, std::move(c));
+      strangers.push_back(id);
     }
   }
 
@@ -235,6 +182,7 @@ struct WorkersStore::Impl {
     auto it = conns.find(id);
     if (it == conns.end()) return;
     unpark(id, it->second);
+    ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->second.fd.get(), nullptr);
     conns.erase(it);
   }
 
@@ -551,9 +499,45 @@ struct WorkersStore::Impl {
       case Cmd::kDelete:
         reply(c, proto::Status::kOk, std::string(1, data.erase(key) > 0 ? '\1' : '\0'));
         return true;
+      case Cmd::kMultiGet:
+        c.get_keys.assign(req.keys.begin(), req.keys.end());
+        shoal_multi_get(id, c);
+        return true;
       default:
         return false;
     }
+  }
+
+  // Answers the MULTI_GET of c.get_keys once every key holds a value (a key
+  // deleted since it was set parks the request again).
+  void shoal_multi_get(uint64_t id, Conn& c) {
+    std::unordered_set<std::string> missing;
+    size_t body = 4;
+    for (const auto& k : c.get_keys) {
+      auto it = data.find(k);
+      if (it == data.end()) missing.insert(k);
+      else body += 4 + it->second.size();
+    }
+    if (!missing.empty()) {
+      park(id, c, Park::kShoalMultiGet, std::move(missing), "");
+      return;
+    }
+    if (body > proto::kMaxValue) {
+      reply(c, proto::Status::kError, "MULTI_GET of " + std::to_string(c.get_keys.size()) + " keys: the values take " +
+                                          std::to_string(body) + " bytes, over the limit of a reply (ask for fewer "
+                                          "keys at a time)");
+    } else {
+      std::string payload;
+      payload.reserve(body);
+      put<uint32_t>(&payload, static_cast<uint32_t>(c.get_keys.size()));
+      for (const auto& k : c.get_keys) {
+        const std::string& v = data[k];
+        put<uint32_t>(&payload, static_cast<uint32_t>(v.size()));
+        payload.append(v);
+      }
+      reply(c, proto::Status::kOk, payload);
+    }
+    c.get_keys.clear();
   }
 
   void park(uint64_t id, Conn& c, Park kind, std::unordered_set<std::string> missing, const std::string& get_key) {
@@ -589,12 +573,15 @@ struct WorkersStore::Impl {
       if (!c.missing.empty()) continue;
       const Park kind = c.park;
       unpark(id, c);
+      touched.push_back(id);
       if (kind == Park::kTorchWait) {
         put<uint8_t>(&c.out, kStopWaiting);
       } else if (kind == Park::kShoalWait) {
         reply(c, proto::Status::kOk, "");
       } else if (kind == Park::kShoalGet) {
         reply(c, proto::Status::kOk, data[c.get_key]);
+      } else if (kind == Park::kShoalMultiGet) {
+        shoal_multi_get(id, c);
       }
     }
   }
@@ -619,7 +606,7 @@ WorkersStore::WorkersStore(const std::string& host, uint16_t port, const shoal::
     : impl_(std::make_unique<Impl>()) {
   const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
   try {
-    impl_->listen = shoal::net::listen_tcp(loopback ? host : "", port);
+    impl_->listen = shoal::net::listen_tcp(loopback ? host : "", port, shoal::net::kStoreBacklog);
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot host the workers' store on port " + std::to_string(port) + ": " + e.what());
   }
@@ -627,6 +614,11 @@ WorkersStore::WorkersStore(const std::string& host, uint16_t port, const shoal::
   port_ = shoal::net::bound_port(impl_->listen.get());
   impl_->secret = secret;
   if (::pipe2(impl_->wake, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe failed");
+  impl_->epoll.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!impl_->epoll || !impl_->watch(EPOLL_CTL_ADD, impl_->listen.get(), Impl::kListenTag, EPOLLIN) ||
+      !impl_->watch(EPOLL_CTL_ADD, impl_->wake[0], Impl::kWakeTag, EPOLLIN)) {
+    throw std::runtime_error(std::string("cannot set up the workers' store's epoll loop: ") + std::strerror(errno));
+  }
   impl_->thread = std::thread([this] { impl_->run(); });
 }
 

@@ -12,13 +12,15 @@
 //     torch client's "shoal/dead/3" and a shoal client's are the same key.
 //   - shoal's own TcpStore protocol (rendezvous/store_protocol.h, first byte
 //     'S' of its HELLO), with the job's secret proved both ways, plus
-//     COMPARE_SET (command 7: str key, str expected, str desired -> value).
-//     The launchers write their records (fault.h) through it.
+//     COMPARE_SET (command 7: str key, str expected, str desired -> value)
+//     and MULTI_GET. The launchers write their records (fault.h) through it.
 // torch's protocol has no authentication: as with the store torch's rank 0
 // hosts, anyone who reaches the port can use the store (docs/launcher.md).
 //
-// Threading: one poll() thread serves every connection; the key-value map is
-// guarded by mu_, which the thread holds while it handles a batch of input.
+// Threading: one epoll thread serves every connection (a batch costs what
+// its events bring, however many connections are idle); the key-value map
+// is guarded by mu_, which the thread holds while it handles a batch of
+// input.
 // The owner's calls (erase_prefix) are thread-safe. The destructor stops the
 // thread and closes every connection (clients see the store vanish).
 #pragma once

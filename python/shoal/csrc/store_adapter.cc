@@ -62,6 +62,12 @@ void C10dStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
   translate("wait", first_key(keys), [&] { store_->wait(keys, timeout); });
 }
 
+// c10d's multiGet (torch 2.1 and newer): one request to a TCPStore, get()
+// per key on a store without the extended API.
+std::vector<Bytes> C10dStore::multi_get(const std::vector<std::string>& keys) {
+  return translate("multi_get", first_key(keys), [&] { return store_->multiGet(keys); });
+}
+
 bool C10dStore::remove(const std::string& key) {
   return translate("remove", key, [&] { return store_->deleteKey(key); });
 }

@@ -25,6 +25,7 @@ class C10dStore final : public shoal::Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
   bool remove(const std::string& key) override;
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
   std::chrono::milliseconds timeout() const override;
