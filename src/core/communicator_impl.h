@@ -46,7 +46,8 @@ struct Wired {
 };
 // Agrees on the job's id and secret through `store`, makes the transports
 // (TCP; shared memory for this host unless SHOAL_SHM=0; the hybrid over
-// them), all handed `live`, and publishes where this rank listens.
+// them), all handed `live`, publishes where this rank listens and joins
+// the host table (host_table.h).
 // `shm_mode` and `tcp_congestion` are SHOAL_SHM and SHOAL_TCP_CONGESTION, checked.
 // `fresh_secret`: a communicator made by Communicator::shrink, whose secret
 // must differ from the job's even when SHOAL_SECRET gives one (rank 0 draws

@@ -10,6 +10,7 @@
 #include "collectives/arena/arena_setup.h"
 #include "core/communicator_impl.h"
 #include "core/errors.h"
+#include "core/host_table.h"
 #include "core/lowering.h"
 #include "core/wait_spins.h"
 
@@ -33,12 +34,14 @@ CommunicatorImpl::~CommunicatorImpl() {
   sched_.join();
 }
 
-// Which ranks share a host, from the addresses every rank published (read
-// once, on first use: every rank computes the same answer).
+// Which ranks share a host, from the host table the last rank to join
+// published (core/host_table.h; read once, on first use: every rank computes
+// the same answer).
 const coll::Topology& CommunicatorImpl::topology() {
   if (!topo_.host_of.empty()) return topo_;
-  std::vector<std::string> ids(static_cast<size_t>(size_));
-  for (int r = 0; r < size_; ++r) ids[static_cast<size_t>(r)] = r == rank_ ? host_.id : live_->address(r).host_id;
+  if (size_ > 1) live_->wait_all_published("hosts");
+  const std::vector<std::string> ids =
+      size_ == 1 ? std::vector<std::string>{host_.id} : core::read_host_table(*store_, size_);
   topo_ = coll::patterns::make_topology(ids);
   // Spinning pays only while every rank of this machine has a core.
   crowded_ = host_.crowded(host_.ranks_here(ids));

@@ -39,11 +39,18 @@ int JobLiveness::to_wire(int peer) const { return c_.view_.to_wire(peer); }
 
 transport::PeerAddress JobLiveness::address(int peer) {
   if (!is_root()) return root().address(to_wire(peer));
+  {
+    MutexLock g(mu_);
+    if (addresses_.empty()) addresses_.resize(static_cast<size_t>(c_.size_));
+    if (!addresses_[static_cast<size_t>(peer)].host.empty()) return addresses_[static_cast<size_t>(peer)];
+  }
   const std::string key = "addr/" + std::to_string(peer);
   wait_published(peer, key);
   std::istringstream in(c_.store_->get_str(key));
   transport::PeerAddress a;
   in >> a.host >> a.port >> a.hostname >> a.host_id >> a.process;
+  MutexLock g(mu_);
+  addresses_[static_cast<size_t>(peer)] = a;
   return a;
 }
 
@@ -54,15 +61,7 @@ std::string JobLiveness::name(int peer) {
 
 bool JobLiveness::is_local(int peer) {
   if (!is_root()) return root().is_local(to_wire(peer));
-  {
-    MutexLock g(mu_);
-    if (hosts_.empty()) hosts_.resize(static_cast<size_t>(c_.size_));
-    if (!hosts_[static_cast<size_t>(peer)].empty()) return hosts_[static_cast<size_t>(peer)] == c_.host_.id;
-  }
-  const std::string host = peer == c_.rank_ ? c_.host_.id : address(peer).host_id;
-  MutexLock g(mu_);
-  hosts_[static_cast<size_t>(peer)] = host;
-  return host == c_.host_.id;
+  return (peer == c_.rank_ ? c_.host_.id : address(peer).host_id) == c_.host_.id;
 }
 
 // A peer whose process on this machine has exited, though no socket of ours
@@ -111,6 +110,33 @@ void JobLiveness::wait_published(int peer, const std::string& key) {
                                             proc::pid_of(known) + " on this machine) has exited before it joined this "
                                             "communicator",
                                         peer));
+    }
+    if (Clock::now() > until) return;  // the caller's get says what the store says
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll < 50 ? 2 : 20));  // polling the store
+  }
+}
+
+void JobLiveness::wait_all_published(const std::string& key) {
+  if (!is_root()) return;  // (a group's ranks are seeded through the root only)
+  std::vector<int> ranks;
+  std::vector<std::string> known;
+  {
+    MutexLock g(mu_);
+    for (size_t r = 0; r < processes_.size(); ++r) {
+      if (processes_[r].empty() || processes_[r] == "-" || static_cast<int>(r) == c_.rank_) continue;
+      ranks.push_back(static_cast<int>(r));
+      known.push_back(processes_[r]);
+    }
+  }
+  if (ranks.empty()) return;  // the caller's get waits as the store does
+  const auto until = Clock::now() + c_.store_->timeout();
+  for (int poll = 0; !c_.store_->check({key}); ++poll) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (proc::probe(known[i]) != proc::Liveness::kGone) continue;
+      std::rethrow_exception(lost_error("peer lost: " + c_.rank_name(ranks[i]) + ": its process (pid " +
+                                            proc::pid_of(known[i]) + " on this machine) has exited before every "
+                                            "rank joined this communicator",
+                                        ranks[i]));
     }
     if (Clock::now() > until) return;  // the caller's get says what the store says
     std::this_thread::sleep_for(std::chrono::milliseconds(poll < 50 ? 2 : 20));  // polling the store

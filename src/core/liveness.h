@@ -57,6 +57,9 @@ class JobLiveness final : public transport::Liveness {
   // PeerLost when `peer`'s process, known from seed_processes, is gone first.
   // Without a known process, returns at once (the caller's get waits).
   void wait_published(int peer, const std::string& key);
+  // The same for `key` published by the last of the ranks to join (the host
+  // table): PeerLost when any rank's known process is gone first.
+  void wait_all_published(const std::string& key);
   // `peer`'s process token ("-": unknown).
   std::string process_of(int peer);
   // Whether `peer`'s process, on this host, has exited (false when it runs
@@ -84,7 +87,10 @@ class JobLiveness final : public transport::Liveness {
   RollCall roll_call_;
   Mutex mu_;
   std::vector<std::string> processes_ GUARDED_BY(mu_);  // peers' proc::self_token(), "-" if none
-  std::vector<std::string> hosts_ GUARDED_BY(mu_);      // peers' host ids, "" until asked
+  // The root's: peers' addresses, each read from the store once (host ""
+  // until then): a connection asks for its peer's twice (is_local, then
+  // the transport's connect or accept).
+  std::vector<transport::PeerAddress> addresses_ GUARDED_BY(mu_);
   std::string published_pos_;           // the last "ctx seq" this rank published as blocked in
 };
 

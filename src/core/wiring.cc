@@ -17,6 +17,7 @@
 #include "common/process.h"
 #include "core/communicator_impl.h"
 #include "core/errors.h"
+#include "core/host_table.h"
 #include "core/stall_inspector.h"
 #include "transport/shm/shm_transport.h"
 
@@ -66,11 +67,7 @@ namespace {
 
 // The communicator's unique id: chosen by rank 0, so that connections from
 // another job or an earlier run on the same port are refused.
-uint64_t agree_on_job(Store& store, int rank, JobLiveness& live) {
-  if (rank != 0) {
-    live.wait_published(0, "uid");
-    return std::stoull(store.get_str("uid"));
-  }
+uint64_t publish_job(Store& store) {
   uint64_t uid = 0;
   std::FILE* f = std::fopen("/dev/urandom", "rb");
   if (!f || std::fread(&uid, sizeof(uid), 1, f) != 1) uid = static_cast<uint64_t>(getpid()) << 20;
@@ -92,23 +89,25 @@ auth::Secret salted(const auth::Secret& secret, const std::string& salt) {
   return auth::Secret::from_hex(auth::to_hex(m.data(), m.size()), "the shrunk communicator's secret");
 }
 
-auth::Secret agree_on_secret(Store& store, int rank, bool fresh, JobLiveness& live) {
+const std::string kFromEnv = "SHOAL_SECRET";
+
+auth::Secret publish_secret(Store& store, bool fresh) {
   auth::Secret secret = auth::Secret::from_env();
-  const std::string kFromEnv = "SHOAL_SECRET";
-  if (rank == 0) {
-    const bool from_env = !secret.empty();
-    if (!from_env) secret = auth::Secret::random();
-    std::string salt;
-    if (from_env && fresh) {
-      uint8_t b[16];
-      auth::random_bytes(b, sizeof(b));
-      salt = auth::to_hex(b, sizeof(b));
-    }
-    store.set_str("secret", from_env ? kFromEnv + (salt.empty() ? "" : " " + salt) : secret.hex());
-    return salt.empty() ? secret : salted(secret, salt);
+  const bool from_env = !secret.empty();
+  if (!from_env) secret = auth::Secret::random();
+  std::string salt;
+  if (from_env && fresh) {
+    uint8_t b[16];
+    auth::random_bytes(b, sizeof(b));
+    salt = auth::to_hex(b, sizeof(b));
   }
-  live.wait_published(0, "secret");
-  std::string shared = store.get_str("secret");
+  store.set_str("secret", from_env ? kFromEnv + (salt.empty() ? "" : " " + salt) : secret.hex());
+  return salt.empty() ? secret : salted(secret, salt);
+}
+
+// A rank other than 0: the secret, from what rank 0 published as "secret".
+auth::Secret learn_secret(std::string shared) {
+  const auth::Secret secret = auth::Secret::from_env();
   std::string salt;
   if (shared.rfind(kFromEnv + " ", 0) == 0) {
     salt = shared.substr(kFromEnv.size() + 1);
@@ -129,8 +128,15 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
            const std::string& tcp_congestion, const HostInfo& host, JobLiveness& live,
            bool fresh_secret) {
   Wired w;
-  w.job = agree_on_job(store, rank, live);
-  w.secret = agree_on_secret(store, rank, fresh_secret, live);
+  if (rank == 0) {
+    w.job = publish_job(store);
+    w.secret = publish_secret(store, fresh_secret);
+  } else {  // both of rank 0's keys in one request (it sets "secret" last)
+    live.wait_published(0, "secret");
+    const std::vector<Bytes> v = store.multi_get({"uid", "secret"});
+    w.job = std::stoull(std::string(v[0].begin(), v[0].end()));
+    w.secret = learn_secret(std::string(v[1].begin(), v[1].end()));
+  }
   transport::tcp::TcpOptions t;
   t.rank = rank;
   t.size = size;
@@ -166,6 +172,7 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
     store.set_str("addr/" + std::to_string(rank), opts.advertise_host + " " + std::to_string(w.tcp->listen_port()) +
                                                      " " + net::hostname() + " " + host.id + " " +
                                                      proc::self_token());
+    join_host_table(store, size, store, [](int r) { return r; });
   }
   return w;
 }
@@ -241,6 +248,9 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Communicator> keep, Communica
   if (ctx == 0 || ctx > UINT32_MAX) throw InternalError("split: context id out of range");
   std::vector<int> wire(members.size());
   for (size_t i = 0; i < members.size(); ++i) wire[i] = parent.view_.to_wire(members[i]);
+  if (size_ > 1) {
+    core::join_host_table(*store_, size_, *root_->store_, [&](int i) { return wire[static_cast<size_t>(i)]; });
+  }
   hybrid_ = parent.hybrid_;
   view_ = transport::View(hybrid_->size(), hybrid_->rank(), static_cast<uint32_t>(ctx), std::move(wire), rank_);
   uid_ = root_->uid_ + ctx;

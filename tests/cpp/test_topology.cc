@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collectives/patterns/hierarchy.h"
+#include "core/host_table.h"
 #include "harness.h"
 
 namespace shoal {
@@ -32,6 +33,48 @@ TEST(Hierarchy, HostsNumberedByLowestRank) {
   EXPECT_TRUE(t.uniform());
   EXPECT_TRUE(t.hierarchical());
   EXPECT_EQ(peers_across_hosts(t, 1), (std::vector<int>{2, 4, 5}));
+}
+
+TEST(HostTable, RoundTrip) {
+  const std::vector<std::string> ids = {"h1", "h0", "h1", "h2", "h0"};
+  const std::string t = core::encode_host_table(ids);
+  EXPECT_EQ(t, "h1 h0 h2\n0 1 0 2 1");
+  EXPECT_EQ(core::decode_host_table(t, 5), ids);
+  EXPECT_EQ(core::decode_host_table(core::encode_host_table({"x"}), 1), std::vector<std::string>{"x"});
+  // Consecutive ranks of a host take one run.
+  const std::vector<std::string> blocks = {"a", "a", "a", "b", "b", "a", "c", "c"};
+  EXPECT_EQ(core::encode_host_table(blocks), "a b c\n0*3 1*2 0 2*2");
+  EXPECT_EQ(core::decode_host_table("a b c\n0*3 1*2 0 2*2", 8), blocks);
+}
+
+TEST(HostTable, MalformedTablesAreRefused) {
+  EXPECT_THROW(core::decode_host_table("h0 h1", 2), InternalError);        // no ranks line
+  EXPECT_THROW(core::decode_host_table("h0 h1\n0 1", 3), InternalError);   // too few ranks
+  EXPECT_THROW(core::decode_host_table("h0 h1\n0 2", 2), InternalError);   // no host 2
+  EXPECT_THROW(core::decode_host_table("h0 h1\n0 x", 2), InternalError);   // not a number
+  EXPECT_THROW(core::decode_host_table("h0\n0 -1", 2), InternalError);
+  EXPECT_THROW(core::decode_host_table("h0\n0*3", 2), InternalError);    // too many ranks
+  EXPECT_THROW(core::decode_host_table("h0\n0*0 0*2", 2), InternalError);  // an empty run
+  EXPECT_THROW(core::decode_host_table("h0\n0*", 1), InternalError);
+  EXPECT_THROW(core::decode_host_table("h0\n0x", 1), InternalError);
+}
+
+TEST(HostTable, TheLastRankToJoinPublishesIt) {
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.is_server = true;
+  TcpStore store(o);
+  auto addr = [](int r, const std::string& host) {
+    return "127.0.0.1 " + std::to_string(1000 + r) + " node" + std::to_string(r) + " " + host + " pid:1";
+  };
+  const std::vector<std::string> hosts = {"hA", "hB", "hA"};
+  for (int r : {2, 0, 1}) {  // (joining order is free)
+    EXPECT_FALSE(store.check({"hosts"}));
+    store.set_str("addr/" + std::to_string(10 + r), addr(r, hosts[static_cast<size_t>(r)]));
+    core::join_host_table(store, 3, store, [](int i) { return 10 + i; });
+  }
+  EXPECT_EQ(core::read_host_table(store, 3), hosts);
+  EXPECT_THROW(core::read_host_table(store, 4), InternalError);
 }
 
 TEST(Hierarchy, FlatCases) {

@@ -13,49 +13,83 @@
 namespace shoal::coll::arena {
 namespace {
 
-// Waits for `key`, which rank `who` publishes during its own set-up, until
-// `deadline`; fails like any wait of a collective: on an abort, another
-// rank's published cause, `who`'s exit, or the deadline (naming who).
-// It polls with check() (1 ms, doubling to 50 ms) rather than waiting in
-// short slices: torch's TCPStore client logs a warning for every wait that
-// times out, which would fill stderr while a late rank is still computing.
+// Waits for `key` until `deadline`; fails like any wait of a collective: on
+// an abort, another rank's published cause, the deadline (naming whom it
+// waited for), or the exit of `who`, the rank that publishes `key` during
+// its own set-up (-1: the last of the other ranks to get there; their exits
+// are checked, and one of them per pause for operations issued in another
+// order). It polls with check() (1 ms, doubling to 50 ms) rather than
+// waiting in short slices: torch's TCPStore client logs a warning for every
+// wait that times out, which would fill stderr while a late rank is still
+// computing.
 void await_key(const SetupParams& p, const std::string& key, int who, Clock::time_point deadline) {
   auto pause = std::chrono::milliseconds(1);
-  for (;;) {
+  for (int round = 0;; ++round) {
     if (p.store.check({key})) return;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
     if (auto e = p.live.broken()) std::rethrow_exception(e);
     if (auto e = p.live.check_abort(deadline)) std::rethrow_exception(e);
-    if (auto e = p.live.peer_gone(who)) std::rethrow_exception(e);
-    if (auto e = p.live.order_check(who)) std::rethrow_exception(e);
+    for (int r = who < 0 ? 0 : who; r < (who < 0 ? p.size : who + 1); ++r) {
+      if (r == p.rank) continue;
+      if (auto e = p.live.peer_gone(r)) std::rethrow_exception(e);
+    }
+    const int other = who >= 0 ? who : (p.rank + 1 + round % (p.size - 1)) % p.size;
+    if (auto e = p.live.order_check(other)) std::rethrow_exception(e);
     if (Clock::now() >= deadline) {
-      std::rethrow_exception(p.live.timed_out(p.live.name(who) +
+      std::rethrow_exception(p.live.timed_out((who >= 0 ? p.live.name(who) : std::string("the other ranks")) +
                                               " to set up the shared-memory arena (on its first collective)"));
     }
   }
 }
 
+// Counts this rank in under `count_key`; the last of the `n` ranks counted
+// there sets `all_key`, which the one rank that reads every answer awaits.
+void count_in(const SetupParams& p, const std::string& count_key, int64_t n, const std::string& all_key) {
+  if (p.store.add(count_key, 1) == n) p.store.set_str(all_key, "1");
+}
+
+std::vector<std::string> ranked_keys(const std::string& prefix, int from, int to) {
+  std::vector<std::string> keys;
+  for (int r = from; r < to; ++r) keys.push_back(prefix + std::to_string(r));
+  return keys;
+}
+
+std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
 // Every rank tries to read every other's memory (HostArena::probe_reads)
 // and publishes what it found ("1", or "0 <gone> <why>", <gone> the rank
 // whose process had no memory left to read, else -1); the arena reads only
-// if all of them can. Says "on", or "off (why)".
+// if all of them can. Rank 0 reads every answer in one request, once all
+// are in, and publishes the verdict: "1", or "<rank> <its answer>" for the
+// lowest rank that failed. Says "on", or "off (why)".
 std::string agree_on_reads(const SetupParams& p, HostArena& arena, Clock::time_point deadline) {
   if (!p.reads) return "off (SHOAL_SHM=copy)";
-  auto key = [](int r) { return "arena/reads/" + std::to_string(r); };
   int gone = -1;
   const std::string failed = arena.probe_reads(&gone);
   const std::string mine = failed.empty() ? "1" : "0 " + std::to_string(gone) + " " + failed;
-  p.store.set_str(key(p.rank), mine);
+  p.store.set_str("arena/reads/" + std::to_string(p.rank), mine);
+  count_in(p, "arena/reads/n", p.size, "arena/reads/all");
+  std::string verdict;
+  if (p.rank == 0) {
+    await_key(p, "arena/reads/all", -1, deadline);
+    const std::vector<Bytes> answers = p.store.multi_get(ranked_keys("arena/reads/", 0, p.size));
+    verdict = "1";
+    for (int r = 0; r < p.size && verdict == "1"; ++r) {
+      const std::string v = text(answers[static_cast<size_t>(r)]);
+      if (v != "1") verdict = std::to_string(r) + " " + v;
+    }
+    p.store.set_str("arena/reads/verdict", verdict);
+  } else {
+    await_key(p, "arena/reads/verdict", 0, deadline);
+    verdict = p.store.get_str("arena/reads/verdict");
+  }
   std::string why;
-  for (int r = 0; r < p.size && why.empty(); ++r) {
-    if (r != p.rank) await_key(p, key(r), r, deadline);
-    const std::string v = r == p.rank ? mine : p.store.get_str(key(r));
-    if (v == "1") continue;
-    std::istringstream in(v);
+  if (verdict != "1") {
+    std::istringstream in(verdict);
     std::string zero;
-    int lost = -1;
-    if (!(in >> zero >> lost)) lost = -1;  // (a failed >> stores 0)
+    int r = -1, lost = -1;
+    if (!(in >> r >> zero >> lost)) lost = -1;  // (a failed >> stores 0)
     std::getline(in >> std::ws, why);
     // A rank's process that exited after it published its address (killed
     // during the set-up) has no memory to read: that is a lost rank, to be
@@ -66,13 +100,11 @@ std::string agree_on_reads(const SetupParams& p, HostArena& arena, Clock::time_p
                                          "its process is gone (" + why + ", found by rank " + std::to_string(r) + ")"));
     }
     why = "rank " + std::to_string(r) + ": " + why;
-  }
-  if (!why.empty()) {
     // A read fails too when the peer's process has exited since it
     // published its answer: that is a lost rank, to be named as one.
-    for (int r = 0; r < p.size; ++r) {
-      if (r == p.rank) continue;
-      if (auto e = p.live.peer_gone(r)) std::rethrow_exception(e);
+    for (int q = 0; q < p.size; ++q) {
+      if (q == p.rank) continue;
+      if (auto e = p.live.peer_gone(q)) std::rethrow_exception(e);
     }
   }
   arena.set_reads(why.empty());
@@ -97,10 +129,10 @@ std::unique_ptr<HostArena> set_up(const SetupParams& p, Clock::time_point deadli
     }
     p.store.set_str("arena/where", arena ? arena->where() : "-");
     verdict = arena ? "1" : "rank 0: " + why;
+    await_key(p, "arena/ok/all", -1, deadline);
+    const std::vector<Bytes> answers = p.store.multi_get(ranked_keys("arena/ok/", 1, p.size));
     for (int r = 1; r < p.size; ++r) {
-      const std::string key = "arena/ok/" + std::to_string(r);
-      await_key(p, key, r, deadline);
-      std::istringstream in(p.store.get_str(key));
+      std::istringstream in(text(answers[static_cast<size_t>(r - 1)]));
       std::string ok, theirs;
       in >> ok >> theirs;
       hs::Accept answer;
@@ -134,6 +166,7 @@ std::unique_ptr<HostArena> set_up(const SetupParams& p, Clock::time_point deadli
       answer = "1 " + hs::to_hex(hs::make_accept(hello, me));
     }
     p.store.set_str("arena/ok/" + std::to_string(p.rank), answer);
+    count_in(p, "arena/ok/n", p.size - 1, "arena/ok/all");
     await_key(p, "arena/verdict", 0, deadline);
     verdict = p.store.get_str("arena/verdict");
   }

@@ -11,7 +11,10 @@
 // arena only if every rank has it, so the *_shared algorithms are chosen
 // alike everywhere; when it cannot be had (a kernel or container that
 // forbids opening another process's descriptors) the job goes on with the
-// message-based algorithms and says why.
+// message-based algorithms and says why. Each rank makes O(1) store
+// requests (rank 0 one per member for the hellos): the members count
+// themselves in, and rank 0 reads all their answers in one MULTI_GET once
+// the last has.
 #pragma once
 
 #include <memory>
