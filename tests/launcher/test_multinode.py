@@ -92,6 +92,7 @@ def test_worker_sigkill_on_one_node(job):
     assert "node 1 (host" in n0.err and "was killed by SIGKILL" in n0.err
 
 
+@pytest.mark.serial  # the survivors stop within 5.5 s: 3 s of heartbeat silence and the teardown
 def test_node_launcher_killed(job):
     job.script("w.sh", WORKER)
     (n0, n1, n2), _ = start_nodes(job, 3, nproc=2, env=job.env(HOLD=1))
@@ -105,6 +106,7 @@ def test_node_launcher_killed(job):
         assert launcher.ended - killed_at < 5.5  # 3 s heartbeat silence + teardown
 
 
+@pytest.mark.serial  # the survivor stops within 5 s
 def test_master_launcher_killed(job):
     job.script("w.sh", WORKER)
     (n0, n1), _ = start_nodes(job, 2, nproc=2, env=job.env(HOLD=1))

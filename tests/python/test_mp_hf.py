@@ -9,7 +9,7 @@ import pytest
 
 from harness import HERE, assert_all_passed, run_job
 
-pytest.importorskip("transformers", reason="the Hugging Face tests need transformers (make setup installs it)")
+pytest.importorskip("transformers", reason="the Hugging Face tests need transformers (make setup-test installs it)")
 WORKER = HERE / "mp_hf_worker.py"
 
 

@@ -88,11 +88,61 @@ GROUP_TESTS = [
 SELECTION = {"TestShoalBackendEightRanks": GROUP_TESTS}
 
 
-def teardown_module():
-    shutil.rmtree(_TEMP_DIR, ignore_errors=True)
+class _WouldRun(BaseException):
+    pass
+
+
+def _would_run(*args, **kwargs):
+    raise _WouldRun
+
+
+# Upstream's rank-side gates (torch.testing._internal.common_distributed):
+# wrappers that either call the test or sys.exit() with a skip code, deciding
+# from this host's GPUs, BACKEND and WORLD_SIZE alone, and change nothing.
+_GATES = ("skip_if_lt_x_gpu.", "skip_if_no_gpu.", "skip_if_small_worldsize.", "skip_if_odd_worldsize.",
+          "nccl_skip_if_lt_x_gpu.", "require_n_gpus_for_nccl_backend.")
+
+
+def skip_before_ranks(cls, name):
+    """Why the test `name` of `cls` would skip in its rank processes on this
+    host before running anything, or None.
+
+    Each of the test's wrappers that is one of _GATES is called here, as its
+    rank would call it, with what it wraps replaced by a stub: a gate that
+    exits with a skip code without reaching the stub would skip in every rank.
+    conftest.py skips such a test, with upstream's reason, without starting
+    its ranks (each start costs an init_process_group and two file barriers).
+    Other wrappers are not called (with_dist_debug_levels sets the
+    environment); a gate that reaches the stub or raises decides nothing."""
+    fn = getattr(cls, name, None)
+    saved = os.environ.get("WORLD_SIZE")
+    os.environ["WORLD_SIZE"] = str(cls.RANKS)
+    try:
+        while fn is not None and getattr(fn, "__wrapped__", None) is not None:
+            inner = fn.__wrapped__
+            code = getattr(fn, "__code__", None)
+            if code is not None and fn.__closure__ and code.co_filename.endswith("common_distributed.py") \
+                    and code.co_qualname.startswith(_GATES):
+                cells = tuple(types.CellType(_would_run) if c.cell_contents is inner else c for c in fn.__closure__)
+                probe = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, cells)
+                try:
+                    probe(types.SimpleNamespace())
+                except SystemExit as e:
+                    if e.code in _SKIP_REASONS:
+                        return _SKIP_REASONS[e.code]
+                except BaseException:  # noqa: BLE001 (_WouldRun, or anything else: the ranks decide)
+                    pass
+            fn = inner
+    finally:
+        if saved is None:
+            os.environ.pop("WORLD_SIZE", None)
+        else:
+            os.environ["WORLD_SIZE"] = saved
+    return None
 
 
 _SKIP_CODES = {s.exit_code for s in TEST_SKIPS.values()}
+_SKIP_REASONS = {s.exit_code: s.message for s in TEST_SKIPS.values()}
 
 
 class TestShoalBackend(TestDistBackend, DistributedTest._DistTestBase):

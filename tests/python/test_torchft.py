@@ -188,6 +188,7 @@ class ShoalResiliencyTest(upstream.MultiPgBaseTest):
         self.assertTrue(any(errors), "no survivor saw the lost rank")
 
 
+@pytest.mark.serial  # abort() returns within 1 s
 def test_abort_never_waits_for_peers():
     """A rank stuck in a collective whose peer never comes: abort() from
     another thread returns at once (the timeout is 60 s), the collective

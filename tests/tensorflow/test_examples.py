@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorflow", reason="the TensorFlow tests need tensorflow (make setup-python installs it)")
+pytest.importorskip("tensorflow", reason="the TensorFlow tests need tensorflow (make setup-test installs it)")
 ROOT = Path(__file__).resolve().parents[2]
 SHOALRUN = ROOT / "build" / "bin" / "shoalrun"
 

@@ -1,7 +1,7 @@
 """TensorFlow 2 on shoal: the ops (tf_worker.py) and the model-parallel API
 (smp_tf_worker.py), as multi-process jobs (tests/python/harness.py). Needs
 tensorflow and the ops library (`make build` builds it when tensorflow is
-installed; `make setup-python` installs it)."""
+installed; `make setup-test` installs it)."""
 
 import json
 import os
@@ -14,7 +14,7 @@ import pytest
 
 from harness import ROOT, assert_all_passed, free_port, run_job
 
-pytest.importorskip("tensorflow", reason="the TensorFlow tests need tensorflow (make setup-python installs it)")
+pytest.importorskip("tensorflow", reason="the TensorFlow tests need tensorflow (make setup-test installs it)")
 HERE = Path(__file__).resolve().parent
 if not (HERE.parents[1] / "python" / "shoal" / "tensorflow" / "_ops.so").exists():
     pytest.fail("python/shoal/tensorflow/_ops.so is missing: `make build` builds it when tensorflow is installed",

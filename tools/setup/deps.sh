@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what shoal needs on a fresh Debian 12 machine, idempotently:
 # system packages (apt) and, with --python, the virtual environment .venv with
-# the pinned PyTorch. Fails with a clear message when something can't be had.
+# the pinned PyTorch and what `make demo` needs; --test adds the test
+# dependencies (TensorFlow, transformers ...), --bench what `make bench` plots
+# with. Fails with a clear message when something can't be had.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -12,13 +14,18 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
 )
 TORCH_VERSION=2.13.0
+# The Python packages, in three groups, each installed by the targets that need it:
+# --python: what `make demo` needs: the pinned torch (the backend builds against
+# it), numpy, and scikit-learn (the demo's data set, handwritten digits).
+DEMO_PACKAGES=(numpy scikit-learn)
+# --test: what the test targets add (make test-*; docs/testing.md).
 # transformers and accelerate: the Hugging Face Trainer test (tests/python/test_hf_trainer.py).
 # Pinned: docs/torch.md states what these versions hard-code. They resolve in
 # the same pip call as the pinned torch, so they never pull another one.
 TRANSFORMERS_VERSION=5.23.0
 ACCELERATE_VERSION=1.15.0
 # tensorflow-cpu: the TensorFlow front end (python/shoal/tensorflow) and its
-# tests (tests/tensorflow); `make build` builds the ops against it. It adds
+# tests (tests/tensorflow); the tests' build builds the ops against it. It adds
 # about 600 MB to .venv and does not touch torch's pins (it brings keras 3).
 TENSORFLOW_VERSION=2.21.0
 # torchft: shoal.torchft (ProcessGroupShoal for torchft's Manager) and its tests
@@ -26,9 +33,14 @@ TENSORFLOW_VERSION=2.21.0
 # and Manager tests: they import parameterized). Pure Python plus its Rust
 # lighthouse inside the wheel; its torch>=2.7 resolves to the pinned torch.
 TORCHFT_VERSION=0.2.0
-PY_PACKAGES=("torch==${TORCH_VERSION}" numpy matplotlib pytest scikit-learn expecttest parameterized
-             "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}"
-             "tensorflow-cpu==${TENSORFLOW_VERSION}" "torchft==${TORCHFT_VERSION}")
+# pytest-xdist: the Python suites run on two workers (pytest -n).
+XDIST_VERSION=3.8.0
+# expecttest: PyTorch's own distributed suite (tests/python/test_torch_suite.py).
+TEST_PACKAGES=(pytest "pytest-xdist==${XDIST_VERSION}" expecttest parameterized
+               "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}"
+               "tensorflow-cpu==${TENSORFLOW_VERSION}" "torchft==${TORCHFT_VERSION}")
+# --bench: the plots of `make bench` (bench/compare/report.py).
+BENCH_PACKAGES=(matplotlib)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -52,29 +64,59 @@ if ((${#missing[@]})); then
   fi
 fi
 
-if [[ "${1:-}" == "--python" ]]; then
+python=0 groups=()
+for arg in "$@"; do
+  case "$arg" in
+    --python) python=1 ;;
+    --test)   python=1 groups+=(test) ;;
+    --bench)  python=1 groups+=(bench) ;;
+    *) echo "setup: ERROR: unknown option $arg (--python, --test, --bench)" >&2; exit 2 ;;
+  esac
+done
+
+# Whether .venv has every package of a group ("name" or "name==version"), by
+# its installed metadata (importing TensorFlow to ask would take seconds).
+have_all() {
+  .venv/bin/python - "$@" <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+for spec in sys.argv[1:]:
+    name, _, want = spec.partition("==")
+    try:
+        got = m.version(name)
+    except m.PackageNotFoundError:
+        sys.exit(1)
+    if want and got.split("+")[0] != want:
+        sys.exit(1)
+PY
+}
+
+# pip_group NAME PACKAGES...: installs them beside the pinned torch (one
+# resolution, so nothing pulls another torch), unless all are there already.
+pip_group() {
+  local what=$1; shift
+  have_all "torch==${TORCH_VERSION}" "$@" && return 0
+  echo "setup: installing into .venv ($what): $*"
+  .venv/bin/pip install -q "torch==${TORCH_VERSION}" "$@" || {
+    echo "setup: ERROR: pip could not install ($what): torch==${TORCH_VERSION} $*" >&2; exit 1; }
+}
+
+if ((python)); then
   PY=${PYTHON:-python3}
   if [[ ! -x .venv/bin/python ]]; then
     echo "setup: creating .venv"
     $PY -m venv .venv || { echo "setup: ERROR: '$PY -m venv' failed (install python3-venv)" >&2; exit 1; }
   fi
-  have=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
-  need_install=0
-  [[ "$have" == "$TORCH_VERSION" ]] || need_install=1
-  for m in numpy matplotlib pytest sklearn expecttest parameterized; do
-    .venv/bin/python -c "import $m" 2>/dev/null || need_install=1
-  done
-  for pin in "transformers==${TRANSFORMERS_VERSION}" "accelerate==${ACCELERATE_VERSION}" \
-             "tensorflow-cpu==${TENSORFLOW_VERSION}" "torchft==${TORCHFT_VERSION}"; do
-    .venv/bin/python -c "import importlib.metadata as m, sys; n, v = sys.argv[1].split('=='); sys.exit(m.version(n) != v)" \
-      "$pin" 2>/dev/null || need_install=1
-  done
-  if ((need_install)); then
-    echo "setup: installing into .venv: ${PY_PACKAGES[*]}"
-    # torch is pinned and installed first, alone, so that nothing pulls a CUDA build.
+  # torch is pinned and installed first, alone, so that nothing pulls a CUDA build.
+  if ! have_all "torch==${TORCH_VERSION}"; then
+    echo "setup: installing into .venv: torch==${TORCH_VERSION}"
     .venv/bin/pip install -q "torch==${TORCH_VERSION}" || {
       echo "setup: ERROR: pip could not install torch==${TORCH_VERSION}" >&2; exit 1; }
-    .venv/bin/pip install -q "${PY_PACKAGES[@]}" || {
-      echo "setup: ERROR: pip could not install ${PY_PACKAGES[*]}" >&2; exit 1; }
   fi
+  pip_group demo "${DEMO_PACKAGES[@]}"
+  for g in "${groups[@]}"; do
+    case "$g" in
+      test)  pip_group test "${TEST_PACKAGES[@]}" ;;
+      bench) pip_group bench "${BENCH_PACKAGES[@]}" ;;
+    esac
+  done
 fi
