@@ -40,8 +40,26 @@ CommunicatorImpl::~CommunicatorImpl() {
 const coll::Topology& CommunicatorImpl::topology() {
   if (!topo_.host_of.empty()) return topo_;
   if (size_ > 1) live_->wait_all_published("hosts");
-  const std::vector<std::string> ids =
-      size_ == 1 ? std::vector<std::string>{host_.id} : core::read_host_table(*store_, size_);
+  std::vector<std::string> ids{host_.id};
+  if (size_ > 1) {
+    try {
+      ids = core::read_host_table(*store_, size_);
+    } catch (const TimeoutError& e) {
+      // The table comes once every rank has published its address: name
+      // those that have not (the ranks that never came).
+      std::vector<int> missing;
+      for (int r = 0; r < size_ && missing.size() < 16; ++r) {
+        if (!store_->check({"addr/" + std::to_string(r)})) missing.push_back(r);
+      }
+      if (missing.empty()) throw;
+      std::string who;
+      for (int r : missing) who += (who.empty() ? "" : ", ") + rank_name(r) + " (addr/" + std::to_string(r) + ")";
+      TimeoutError t("timed out waiting for " + who + " to publish an address: never came to this communicator (" +
+                     e.what() + ")");
+      t.set_suspects(missing);
+      throw t;
+    }
+  }
   topo_ = coll::patterns::make_topology(ids);
   // Spinning pays only while every rank of this machine has a core.
   crowded_ = host_.crowded(host_.ranks_here(ids));

@@ -181,7 +181,8 @@ Wired wire(Store& store, int rank, int size, const Options& opts, const std::str
 
 std::string CommunicatorImpl::rank_name(int r) const {
   const int64_t job = job_rank(r);
-  if (job == r) return "rank " + std::to_string(r);
+  // (Negative job ranks are a framework's own keys, not ranks to name: torchft's.)
+  if (job == r || job < 0) return "rank " + std::to_string(r);
   return "rank " + std::to_string(job) + " (group rank " + std::to_string(r) + ")";
 }
 
