@@ -9,8 +9,10 @@ Every rank prints one line
 ``RESULT <json>`` with its checks' outcomes.
 """
 
+import atexit
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,94 @@ class Checks:
         return 1 if self.failed else 0
 
 
+class _Zygote:
+    """zygote.py, started once per test process: the rank processes of the
+    workers here (tests/python/*_worker.py, which import torch) fork from it,
+    torch already imported, instead of each starting Python and importing
+    torch anew. SHOAL_TEST_FRESH_RANKS=1 starts every rank as a fresh
+    `python worker.py` instead."""
+
+    def __init__(self):
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "zygote.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, cwd=ROOT)
+        self.out = self.proc.stdout.fileno()
+        os.set_blocking(self.out, False)
+        self.pending = b""
+        self.exits = {}
+
+    def _lines(self, block):
+        if block:
+            select.select([self.out], [], [], 1.0)
+        try:
+            chunk = os.read(self.out, 1 << 16)
+        except BlockingIOError:
+            return []
+        if not chunk:
+            raise RuntimeError(f"the zygote exited ({self.proc.wait()})")
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        out = []
+        for line in lines:
+            msg = json.loads(line)
+            if "exit" in msg:
+                self.exits[msg["exit"]] = os.waitstatus_to_exitcode(msg["status"])
+            else:
+                out.append(msg)
+        return out
+
+    def start(self, argv, env, cwd, log):
+        self.proc.stdin.write((json.dumps({"argv": argv, "env": env, "cwd": str(cwd), "log": log}) + "\n").encode())
+        self.proc.stdin.flush()
+        while True:
+            for msg in self._lines(block=True):
+                return _ZygoteRank(self, msg["pid"])
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
+
+
+class _ZygoteRank:
+    """A rank forked by the zygote, with Popen's poll/kill/wait/returncode."""
+
+    def __init__(self, zygote, pid):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def poll(self):
+        if self.returncode is None:
+            self.zygote._lines(block=False)
+            self.returncode = self.zygote.exits.pop(self.pid, None)
+        return self.returncode
+
+    def kill(self):
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:
+                pass
+
+    def wait(self):
+        while self.poll() is None:
+            self.zygote._lines(block=True)
+        return self.returncode
+
+
+_ZYGOTE = None
+
+
+def _start_rank(worker, argv, env, log):
+    global _ZYGOTE
+    if os.environ.get("SHOAL_TEST_FRESH_RANKS") == "1" or Path(worker).resolve().parent != HERE:
+        return subprocess.Popen([sys.executable, str(worker), *argv], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=ROOT)
+    if _ZYGOTE is None or _ZYGOTE.proc.poll() is not None:
+        _ZYGOTE = _Zygote()
+        atexit.register(_ZYGOTE.close)
+    return _ZYGOTE.start([str(worker), *argv], env, ROOT, log.name)
+
+
 def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER):
     port = free_port()
     procs, outs = [], []
@@ -68,8 +158,7 @@ def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER)
         e.update(env or {})
         log = tempfile.NamedTemporaryFile("w+", prefix=f"shoal-test-{suite}-{world_size}-{r}-", suffix=".log", delete=False)
         outs.append(log)
-        procs.append(subprocess.Popen([sys.executable, str(worker), suite, *args], env=e,
-                                      stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        procs.append(_start_rank(worker, [suite, *args], e, log))
     deadline = time.monotonic() + timeout
     failed = None
     try:

@@ -193,9 +193,10 @@ def test_no_import_cycle_and_no_project_import_inside_a_function():
 
 
 def import_each_alone() -> List[str]:
-    """Imports torch and TensorFlow, then each project module in a fork of its own that holds no
+    """Imports torch (with DTensor, which shoal.modelparallel imports: half a second a module
+    otherwise) and TensorFlow, then each project module in a fork of its own that holds no
     project module; returns the failures."""
-    for heavy in ("numpy", "torch", "torch.distributed", "tensorflow"):
+    for heavy in ("numpy", "torch", "torch.distributed", "torch.distributed.tensor", "tensorflow"):
         try:
             __import__(heavy)
         except ImportError:

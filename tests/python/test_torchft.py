@@ -244,6 +244,7 @@ def test_torchft_manager_integration(name):
     assert _CountingShoal.created > 0, "the test built no ProcessGroupShoal"
 
 
+@pytest.mark.serial  # the survivors' steps after the kill are found by the kill's time
 def test_killed_replica_heals_and_replicas_end_equal(tmp_path):
     """Three replicas of torchft's DDP example loop (torchft_worker.py), each
     its own process. Replica 2 is SIGKILLed at step 3 after its quorum formed:
