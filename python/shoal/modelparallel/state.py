@@ -74,6 +74,8 @@ require = STATE.require
 
 # The kinds of group within one data-parallel replica (mpcommon/topology.py).
 _REPLICA_KINDS = ("pp", "mp", "tp")
+# The library's groups that cross replicas (the failure monitor aborts them).
+_ABORTED = ("grad", "rdp_grad")
 
 
 def _new_group(ranks: List[int], own_connections: bool = False):
@@ -104,7 +106,12 @@ def init(config=None) -> None:
     rank = dist.get_rank()
     s.setup(cfg, rank, world_size, int(os.environ.get("LOCAL_RANK", rank)),
             int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
-    s.ctl = _new_group(list(range(world_size)))
+    # The groups the failure monitor aborts (the library's crossing groups, and those within a
+    # replica) own their connections: an abort that meets one of their operations in the
+    # transport then stops that group's connections, never the default group's, so a rank that
+    # saw a failure and one that did not agree on the default group's health (a new smp.init
+    # makes its groups from it).
+    s.ctl = _new_group(list(range(world_size)), own_connections=True)
     s.world = _new_group(list(range(world_size)))
     # every rank creates every group, in the same order (torch.distributed's rule)
     tp = s.tp_size > 1
@@ -114,7 +121,8 @@ def init(config=None) -> None:
             # groups within a replica own their connections (see above); so the TP modules'
             # collectives, run inside forward and backward (on an accelerator's autograd thread
             # too), need no common order with the pipeline's and the gradient buckets' traffic
-            made = [_new_group(ranks, own_connections=kind in _REPLICA_KINDS) for _ in names]
+            made = [_new_group(ranks, own_connections=kind in _REPLICA_KINDS or name in _ABORTED)
+                    for name in names]
             if s.rank in ranks:
                 for name, g in zip(names, made):
                     setattr(s, name, g)
