@@ -12,6 +12,7 @@ Every rank prints one line
 import atexit
 import json
 import os
+import signal
 import select
 import subprocess
 import sys
@@ -146,6 +147,31 @@ def _start_rank(worker, argv, env, log):
     return _ZYGOTE.start([str(worker), *argv], env, ROOT, log.name)
 
 
+def _dump_stacks(procs, logs):
+    """Has each rank still running write its threads' Python stacks to its
+    log (the zygote's ranks register faulthandler on SIGUSR1) and waits, at
+    most 3 s, until every such log shows one."""
+    alive = {r: os.path.getsize(logs[r].name) for r, p in enumerate(procs)
+             if p.poll() is None and isinstance(p, _ZygoteRank)}
+    for r in alive:
+        os.kill(procs[r].pid, signal.SIGUSR1)
+    give_up = time.monotonic() + 3.0
+    while alive and time.monotonic() < give_up:
+        for r, start in list(alive.items()):
+            with open(logs[r].name, "rb") as f:
+                f.seek(start)
+                if b"most recent call first" in f.read():
+                    del alive[r]
+        time.sleep(0.05)
+
+
+def _tail(text, limit=6000):
+    """The end of a rank's log without C++ backtrace frames (a warning
+    repeated with its backtrace would fill the limit)."""
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("frame #")]
+    return "\n".join(lines)[-limit:]
+
+
 def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER):
     port = free_port()
     procs, outs = [], []
@@ -169,7 +195,9 @@ def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER)
                         failed = f"rank {r} exited with {p.returncode}"
                         break
             if failed is not None or time.monotonic() > deadline:
-                failed = failed or f"timed out after {timeout} s"
+                if failed is None:
+                    failed = f"timed out after {timeout} s"
+                    _dump_stacks(procs, outs)
                 for p in procs:
                     if p.poll() is None:
                         p.kill()
@@ -194,7 +222,7 @@ def run_job(suite, world_size, *, timeout=180, env=None, args=(), worker=WORKER)
         results.append(res)
     bad = [r for r, p in enumerate(procs) if p.returncode != 0]
     if failed or bad:
-        detail = "\n".join(f"----- rank {r} (exit {procs[r].returncode}) -----\n{texts[r][-6000:]}"
+        detail = "\n".join(f"----- rank {r} (exit {procs[r].returncode}) -----\n{_tail(texts[r])}"
                            for r in range(world_size))
         raise JobError(f"job {suite} x{world_size}: {failed or 'ranks ' + str(bad) + ' failed'}\n{detail}")
     return results

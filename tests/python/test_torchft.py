@@ -214,6 +214,15 @@ def test_abort_never_waits_for_peers():
         assert outs == [None, None]
 
 
+class _AnyPortManager(upstream_manager.Manager):
+    """upstream's Manager on a port the kernel picks: its loops bind fixed
+    ports (19530 + replica), which two pytest workers would both take."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["port"] = 0
+        super().__init__(*args, **kwargs)
+
+
 class _CountingShoal(ProcessGroupShoal):
     created = 0
 
@@ -236,7 +245,8 @@ def test_torchft_manager_integration(name):
     lighthouse runs in this process)."""
     _CountingShoal.created = 0
     result = unittest.TestResult()
-    with patch.object(upstream_manager, "ProcessGroupGloo", _CountingShoal):
+    with patch.object(upstream_manager, "ProcessGroupGloo", _CountingShoal), \
+            patch.object(upstream_manager, "Manager", _AnyPortManager):
         upstream_manager.ManagerIntegTest(name).run(result)
     problems = result.errors + result.failures
     assert not problems, "\n".join(text for _, text in problems)

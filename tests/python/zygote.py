@@ -14,6 +14,7 @@ each rank does, under its own environment. Nothing but torch is imported here
 (torch reads no knob of the tests' at import), with OMP_NUM_THREADS=1 as
 every rank has it.
 """
+import faulthandler
 import json
 import os
 import runpy
@@ -40,6 +41,7 @@ def _run_rank(req, to_close):
     os.dup2(log, 2)
     os.close(devnull)
     os.close(log)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)   # harness.run_job: where a hung rank is
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
