@@ -52,6 +52,14 @@ std::string self_token() {
   return boot + "/" + ns + "/" + std::to_string(getpid()) + "/" + start;
 }
 
+std::string token_of(int64_t pid) {
+  std::string boot = net::boot_id(), ns = pid_namespace();
+  char state = 0;
+  std::string start;
+  if (pid <= 0 || boot.empty() || ns.empty() || !read_stat(std::to_string(pid), &state, &start)) return "";
+  return boot + "/" + ns + "/" + std::to_string(pid) + "/" + start;
+}
+
 namespace {
 
 // Positions of the three '/' of a token; false if it is not one.

@@ -17,6 +17,10 @@ namespace shoal::proc {
 // when /proc does not tell (then nobody can probe this process).
 std::string self_token();
 
+// The token of process `pid` of this machine and pid namespace, as
+// self_token() in that process would say it, or "" when it does not exist.
+std::string token_of(int64_t pid);
+
 enum class Liveness { kAlive, kGone, kUnknown };
 
 // kGone when `token` names a process of this machine and pid namespace that

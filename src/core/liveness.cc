@@ -143,6 +143,14 @@ void JobLiveness::wait_all_published(const std::string& key) {
   }
 }
 
+void JobLiveness::learned_process(int peer, const std::string& token) {
+  if (!is_root()) return root().learned_process(to_wire(peer), token);
+  if (token.empty() || peer < 0 || peer >= c_.size_) return;
+  MutexLock g(mu_);
+  if (processes_.empty()) processes_.resize(static_cast<size_t>(c_.size_));
+  if (processes_[static_cast<size_t>(peer)].empty()) processes_[static_cast<size_t>(peer)] = token;
+}
+
 void JobLiveness::seed_processes(const std::vector<std::string>& tokens) {
   MutexLock g(mu_);
   if (processes_.empty()) processes_.resize(static_cast<size_t>(c_.size_));
@@ -222,13 +230,50 @@ std::exception_ptr JobLiveness::abort_record() {
 }
 
 std::exception_ptr JobLiveness::store_lost(const std::string& cause) {
+  if (!is_root()) return root().store_lost(cause);
   const int host = c_.opts_.store_host_rank;
   std::string msg = "the job's rendezvous store (" + describe_store(*c_.store_) + ") is unreachable: " + cause;
   if (host >= 0 && host != c_.rank_) {
     return lost_error("peer lost: " + c_.rank_name(host) + ", which hosts " + msg, host);
   }
+  if (host < 0) {
+    // The store's host is not known (a store the caller made, as torchft's
+    // quorum stores): a member whose process has exited is likely it, and
+    // is lost either way, so the members gone are named first.
+    const std::vector<int> gone = exited_members();
+    if (!gone.empty()) {
+      std::string who, pids;
+      for (int r : gone) {
+        who += (who.empty() ? "" : ", ") + c_.rank_name(r);
+        pids += (pids.empty() ? "" : ", ") + proc::pid_of(known_process(r));
+      }
+      PeerLost e("peer lost: " + who + ": " + (gone.size() == 1 ? "its process (pid " : "their processes (pids ") +
+                     pids + " on this machine) " + (gone.size() == 1 ? "has" : "have") + " exited; and " + msg,
+                 static_cast<int>(c_.job_rank(gone.front())));
+      e.set_suspects(gone);
+      return std::make_exception_ptr(e);
+    }
+  }
   return std::make_exception_ptr(
       StoreError(msg + (host < 0 ? " (its host, e.g. the launcher of node 0, is gone)" : "")));
+}
+
+std::string JobLiveness::known_process(int peer) {
+  MutexLock g(mu_);
+  const auto i = static_cast<size_t>(peer);
+  if (i < processes_.size() && !processes_[i].empty()) return processes_[i];
+  if (i < addresses_.size() && !addresses_[i].host.empty()) return addresses_[i].process;
+  return "";
+}
+
+std::vector<int> JobLiveness::exited_members() {
+  std::vector<int> gone;
+  for (int r = 0; r < c_.size_; ++r) {
+    if (r == c_.rank_) continue;
+    const std::string token = known_process(r);
+    if (!token.empty() && token != "-" && proc::probe(token) == proc::Liveness::kGone) gone.push_back(r);
+  }
+  return gone;
 }
 
 // Called every abort poll while this rank is blocked in shoal: answers a
@@ -323,6 +368,13 @@ std::exception_ptr JobLiveness::lost(int peer, const std::string& who, const std
                             " (it hosts the rendezvous store, which is unreachable; the connection to " + who +
                             " closed too)",
                         host);
+    }
+    if (e.code() == ErrorCode::kStore && host < 0 && !process_gone(peer)) {
+      // No cause can be published without the store: a peer whose process
+      // lives closed the connection because it broke itself, likely on the
+      // loss of a member whose process has exited (named, when there is one).
+      const std::vector<int> gone = exited_members();
+      if (!gone.empty()) return store_lost(e.what());
     }
     if (e.code() == ErrorCode::kStore) {
       return lost_error("peer lost: " + who + ": " + detail + "; and the job's rendezvous store (" +

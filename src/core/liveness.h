@@ -42,6 +42,7 @@ class JobLiveness final : public transport::Liveness {
   std::exception_ptr check_abort(transport::Clock::time_point deadline) override;
   std::exception_ptr peer_gone(int peer) override;
   int64_t local_pid(int peer) override;
+  void learned_process(int peer, const std::string& token) override;
   std::exception_ptr order_check(int peer) override;
   std::exception_ptr broken() override;
   std::exception_ptr timed_out(const std::string& waiting) override;
@@ -82,6 +83,11 @@ class JobLiveness final : public transport::Liveness {
   // The root's: `peer`'s process token from the rendezvous ("-" when it
   // has none or the store cannot tell), read once.
   std::string process_token(int peer);
+  // The root's: `peer`'s process token if this rank knows it without the
+  // store (seeded, or read with its address), else "".
+  std::string known_process(int peer);
+  // The root's: the ranks whose known processes on this host have exited.
+  std::vector<int> exited_members();
 
   CommunicatorImpl& c_;
   RollCall roll_call_;

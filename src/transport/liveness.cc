@@ -24,6 +24,7 @@ std::exception_ptr Liveness::check_abort(Clock::time_point) { return nullptr; }
 std::exception_ptr Liveness::peer_gone(int) { return nullptr; }
 
 int64_t Liveness::local_pid(int) { return 0; }
+void Liveness::learned_process(int, const std::string&) {}
 
 std::exception_ptr Liveness::order_check(int) { return nullptr; }
 

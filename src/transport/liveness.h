@@ -56,6 +56,10 @@ class Liveness {
   // peer's main thread is queued behind it). May block the first time (a
   // store read).
   virtual int64_t local_pid(int peer);
+  // Told by whoever learned it without the store (the arena, from its
+  // members' records): `peer`'s process token (common/process.h), so that
+  // its exit can be told once the store is gone too.
+  virtual void learned_process(int peer, const std::string& token);
   // Asked likewise by the arena for a peer that has not arrived: a cause
   // when it is blocked in an operation this rank has not started (two
   // communicators sharing connections issued in different orders), else null.

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/process.h"
 #include "shoal/error.h"
 #include "transport/handshake.h"
 
@@ -175,6 +176,11 @@ std::unique_ptr<HostArena> set_up(const SetupParams& p, Clock::time_point deadli
     return nullptr;
   }
   arena->set_liveness(&p.live);
+  // Every member has mapped the segment: its process is known from here on
+  // without the store (a store hosted by a member goes when it does).
+  for (int r = 0; r < p.size; ++r) {
+    if (r != p.rank) p.live.learned_process(r, proc::token_of(arena->member_pid(r)));
+  }
   arena->stores().set_mode(p.stores);
   const std::string reads = agree_on_reads(p, *arena, deadline);
   *report = "shared-memory arena of " + std::to_string(p.size) + " ranks, " + std::to_string(arena->slot_bytes()) +

@@ -143,6 +143,8 @@ HostArena::Member& HostArena::member(int r) const {
   return reinterpret_cast<Member*>(members_)[r];
 }
 
+int64_t HostArena::member_pid(int r) const { return member(r).pid; }
+
 std::atomic<uint32_t>& HostArena::waiters(int r) const {
   return reinterpret_cast<Sleepers*>(control_at(r) + kSleepersOffset)->waiters[parity()];
 }

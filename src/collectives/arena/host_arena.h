@@ -211,6 +211,8 @@ class HostArena {
     uint64_t woken = 0, slices_out = 0;
   };
   const Sleeps& sleeps() const { return sleeps_; }
+  // The pid rank `r` wrote when it mapped the segment (0 if it has not).
+  int64_t member_pid(int r) const;
 
  private:
   struct Line;
