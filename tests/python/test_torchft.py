@@ -255,6 +255,57 @@ def test_torchft_manager_integration(name):
 
 
 @pytest.mark.serial  # the survivors' steps after the kill are found by the kill's time
+@pytest.mark.parametrize("stage", [0, 1])
+def test_pipeline_replicas_lose_a_stage_heal_and_end_equal(tmp_path, stage):
+    """Two replicas, each a two-stage shoal.modelparallel pipeline (a job of
+    two processes with its own store), averaging each stage's gradients with
+    the other replica's same stage through torchft on ProcessGroupShoal
+    (torchft_pipeline_worker.py). One stage of replica 1 is SIGKILLed (stage
+    0 hosts the replica's store and manager server): its other stage fails
+    in the pipeline naming the lost rank and exits; both stages of replica 0
+    see that step fail naming the lost peer, do not commit it (torchft's
+    should_commit is replica-wide) and redo it alone; replica 1 restarts as a
+    whole, heals stage by stage from replica 0 and both end at the same step
+    with equal model and optimizer state, stage for stage."""
+    import torchft_pipeline_worker as tp
+    res = tp.kill_job(str(tmp_path), kill_stage=stage)
+    logs, victim = res["logs"], res["victim"]
+    other = 1 - stage
+    assert res["killed"] == {stage: -signal.SIGKILL, other: 3}, res["killed"]
+    kill = [x for x in logs[(victim, stage)] if x["event"] == "kill"][0]
+    broken = [x for x in logs[(victim, other)] if x["event"] == "broken"]
+    assert broken and "peer lost" in broken[0]["error"] and f"rank {stage}" in broken[0]["error"], broken
+    assert all(c == 0 for c in res["codes"].values()), res["codes"]
+    for k in range(tp.STAGES):
+        steps = [x for x in logs[(0, k)] if x["event"] == "step"]
+        failed = [x for x in steps if not x["committed"]]
+        assert [x["step"] for x in failed] == [kill["step"]], f"stage {k}: uncommitted steps {failed}"
+        assert failed[0]["participants"] == 2, failed[0]
+        # A stage's group names its lost member; the other stage's group (whose member
+        # exits on its own a moment later) may first lose its store, when torchft chose
+        # the killed stage 0's store for the quorum.
+        assert "peer lost" in failed[0]["errored"] or (k != stage and "store" in failed[0]["errored"] and
+                                                       "unreachable" in failed[0]["errored"]), failed[0]
+        redo = steps[steps.index(failed[0]) + 1]
+        assert (redo["step"], redo["committed"], redo["participants"]) == (kill["step"], True, 1), redo
+        second_life = logs[(victim, k)]
+        second_life = second_life[max(i for i, x in enumerate(second_life) if x["event"] == "start"):]
+        first = second_life[1]
+        assert first["step"] == 0 and first["after"] > kill["step"] + 1, f"stage {k} did not heal: {first}"
+        ends = {r: [x for x in logs[(r, k)] if x["event"] == "end"][-1]["step"] for r in (0, victim)}
+        assert ends[0] == ends[victim] >= 8, ends
+        a, b = (torch.load(res["states"][(r, k)]) for r in (0, victim))
+        assert a["model"].keys() == b["model"].keys() and len(a["model"]) > 1
+        for key in a["model"]:
+            if torch.is_tensor(a["model"][key]):
+                assert torch.equal(a["model"][key], b["model"][key]), f"stage {k}: {key} differs"
+        assert a["optim"]["state"].keys() == b["optim"]["state"].keys() and a["optim"]["state"]
+        for i, st in a["optim"]["state"].items():
+            for name, v in st.items():
+                assert torch.equal(torch.as_tensor(v), torch.as_tensor(b["optim"]["state"][i][name])), (k, i, name)
+
+
+@pytest.mark.serial  # the survivors' steps after the kill are found by the kill's time
 def test_killed_replica_heals_and_replicas_end_equal(tmp_path):
     """Three replicas of torchft's DDP example loop (torchft_worker.py), each
     its own process. Replica 2 is SIGKILLed at step 3 after its quorum formed:
