@@ -218,14 +218,30 @@ def recover(group=None, window: float = 10.0):
     order without the lost ranks; the same on every survivor. A rank that the
     survivors left out (it was stopped, cut off, or too late) gets a
     RuntimeError instead. `window`: seconds to wait for a rank that is not
-    known lost and has not checked in (docs/torch.md, "Recovery")."""
+    known lost and has not checked in (docs/torch.md, "Recovery").
+
+    When every rank is alive, a healthy group is returned as it is; a broken
+    one (aborted, or broken with a group it shared connections with) is
+    replaced by a new group over the same ranks with connections of its own
+    (the old one destroyed), except the default group, which torch cannot
+    replace: that is a RuntimeError naming its cause."""
     group = dist.GroupMember.WORLD if group is None else group
     be = _backend_of(group)
     members = be.agree(window, be.suspects())
     excluded = [r for r in range(group.size()) if r not in set(members)]
-    if not excluded:
+    if excluded:
+        return shrink_group(excluded, group=group)
+    cause = be.comm_error()
+    if not cause:
         return group
-    return shrink_group(excluded, group=group)
+    if group is dist.GroupMember.WORLD:
+        raise RuntimeError(f"shoal.torch.recover: every rank of the default group is alive but the group is "
+                           f"broken ({cause}); make a new group over its ranks (dist.new_group) or restart")
+    ranks = dist.get_process_group_ranks(group)
+    fresh = dist.new_group(ranks, backend=dist.get_backend(group), pg_options=Options(own_connections=True),
+                           use_local_synchronization=True)
+    dist.destroy_process_group(group)
+    return fresh
 
 
 def _lobby(base):

@@ -133,6 +133,17 @@ def errors():
           lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND), "op", "integer")
     c.run("int16 reduction", expect_error,
           lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), "int16", "cannot be reduced")
+    def broken_group_recovered():
+        # Every rank alive, the group broken (aborted): recover() replaces it.
+        import shoal.torch as st
+        g = dist.new_group(list(range(WS)), backend="shoal", pg_options=st.Options(own_connections=True))
+        g._get_backend(torch.device("cpu")).abort_because("test")
+        expect_error(lambda: dist.all_reduce(torch.ones(2), group=g), "aborted", "test")
+        fresh = st.recover(g, window=5.0)
+        t = torch.ones(2)
+        dist.all_reduce(t, group=fresh)
+        assert fresh is not g and torch.equal(t, torch.full((2,), float(WS))), (fresh is g, t)
+    c.run("a broken group of live ranks is recovered", broken_group_recovered)
     backend = pg._get_backend(torch.device("cpu"))
     c.run("wrong device", expect_error,
           lambda: backend.allreduce([torch.ones(3, device="meta")]), "tensor", "meta", "cpu")
