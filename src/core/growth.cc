@@ -5,6 +5,8 @@
 // Keys, in the lobby store both sides are given:
 //   tickets             an ADD counter: a newcomer's ticket is its value after
 //                       its ADD (1, 2, ...): the order of arrival
+//   ticket/<t>          set by ticket t's newcomer: a grow() waiting for n
+//                       newcomers waits on the n-th mark
 //   admitted            how many tickets were admitted (written by leaders only)
 //   grows               an ADD counter: the number g of each grow that admits
 //   admit/<t>           "<g> <rank> <size>": ticket t's place in grow g
@@ -18,14 +20,11 @@
 // tickets; give each its own lobby.
 #include <chrono>
 #include <sstream>
-#include <thread>
 
 #include "core/communicator_impl.h"
 
 namespace shoal {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 int64_t read_count(Store& s, const std::string& key) { return s.add(key, 0); }
 
@@ -55,18 +54,19 @@ std::shared_ptr<Communicator> Communicator::grow(std::shared_ptr<Store> lobby, c
   std::string d;
   if (c.rank_ == 0) {
     // The leader: count who waits, admit them in order, tell the others.
-    const auto give_up = Clock::now() + o.timeout;
     const int64_t admitted = read_count(*lobby, "admitted");
-    int64_t waiting = read_count(*lobby, "tickets") - admitted;
-    for (int poll = 0; o.joiners > 0 && waiting < o.joiners; ++poll) {
-      if (Clock::now() > give_up) {
-        d = "failed " + std::to_string(waiting) + " of the " + std::to_string(o.joiners) +
-            " newcomers grow() waits for joined within " + std::to_string(o.timeout.count()) + " ms";
-        break;
+    if (o.joiners > 0) {  // each newcomer marks its ticket (join): wait for the n-th one's mark
+      std::vector<std::string> marks;
+      for (int64_t t = admitted + 1; t <= admitted + o.joiners; ++t) marks.push_back("ticket/" + std::to_string(t));
+      try {
+        lobby->wait(marks, o.timeout);
+      } catch (const TimeoutError&) {
+        d = "failed " + std::to_string(read_count(*lobby, "tickets") - admitted) + " of the " +
+            std::to_string(o.joiners) + " newcomers grow() waits for joined within " +
+            std::to_string(o.timeout.count()) + " ms";
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(poll < 100 ? 1 : 10));  // polling the store
-      waiting = read_count(*lobby, "tickets") - admitted;
     }
+    const int64_t waiting = read_count(*lobby, "tickets") - admitted;
     if (d.empty()) {
       const int64_t k = o.joiners > 0 ? o.joiners : waiting;
       if (k == 0) {
@@ -116,6 +116,7 @@ std::shared_ptr<Communicator> Communicator::join(std::shared_ptr<Store> lobby, O
   if (o.timeout.count() <= 0) throw InvalidArgument(who + "timeout: must be > 0 ms");
   core::resolve_options(opts, *lobby, who);
   const int64_t ticket = lobby->add("tickets", 1);
+  lobby->set_str("ticket/" + std::to_string(ticket), "1");  // what a grow() waiting for n newcomers waits on
   const std::string admit = "admit/" + std::to_string(ticket);
   try {
     lobby->wait({admit}, o.timeout);
