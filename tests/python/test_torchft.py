@@ -255,7 +255,7 @@ def test_torchft_manager_integration(name):
 
 
 @pytest.mark.serial  # the survivors' steps after the kill are found by the kill's time
-@pytest.mark.parametrize("stage", [0, 1])
+@pytest.mark.parametrize("stage", [0])  # stage 0 hosts the replica's store and manager server (1 works too)
 def test_pipeline_replicas_lose_a_stage_heal_and_end_equal(tmp_path, stage):
     """Two replicas, each a two-stage shoal.modelparallel pipeline (a job of
     two processes with its own store), averaging each stage's gradients with
