@@ -44,13 +44,7 @@ bool read_stat(const std::string& pid, char* state, std::string* start) {
 
 }  // namespace
 
-std::string self_token() {
-  std::string boot = net::boot_id(), ns = pid_namespace();
-  char state = 0;
-  std::string start;
-  if (boot.empty() || ns.empty() || !read_stat("self", &state, &start)) return "";
-  return boot + "/" + ns + "/" + std::to_string(getpid()) + "/" + start;
-}
+std::string self_token() { return token_of(getpid()); }
 
 std::string token_of(int64_t pid) {
   std::string boot = net::boot_id(), ns = pid_namespace();

@@ -229,10 +229,14 @@ std::exception_ptr JobLiveness::abort_record() {
   return nullptr;
 }
 
+std::string JobLiveness::store_unreachable(const std::string& cause) const {
+  return "the job's rendezvous store (" + describe_store(*c_.store_) + ") is unreachable: " + cause;
+}
+
 std::exception_ptr JobLiveness::store_lost(const std::string& cause) {
   if (!is_root()) return root().store_lost(cause);
   const int host = c_.opts_.store_host_rank;
-  std::string msg = "the job's rendezvous store (" + describe_store(*c_.store_) + ") is unreachable: " + cause;
+  const std::string msg = store_unreachable(cause);
   if (host >= 0 && host != c_.rank_) {
     return lost_error("peer lost: " + c_.rank_name(host) + ", which hosts " + msg, host);
   }
@@ -240,22 +244,24 @@ std::exception_ptr JobLiveness::store_lost(const std::string& cause) {
     // The store's host is not known (a store the caller made, as torchft's
     // quorum stores): a member whose process has exited is likely it, and
     // is lost either way, so the members gone are named first.
-    const std::vector<int> gone = exited_members();
-    if (!gone.empty()) {
-      std::string who, pids;
-      for (int r : gone) {
-        who += (who.empty() ? "" : ", ") + c_.rank_name(r);
-        pids += (pids.empty() ? "" : ", ") + proc::pid_of(known_process(r));
-      }
-      PeerLost e("peer lost: " + who + ": " + (gone.size() == 1 ? "its process (pid " : "their processes (pids ") +
-                     pids + " on this machine) " + (gone.size() == 1 ? "has" : "have") + " exited; and " + msg,
-                 static_cast<int>(c_.job_rank(gone.front())));
-      e.set_suspects(gone);
-      return std::make_exception_ptr(e);
-    }
+    if (auto e = exited_error(exited_members(), msg)) return e;
   }
   return std::make_exception_ptr(
       StoreError(msg + (host < 0 ? " (its host, e.g. the launcher of node 0, is gone)" : "")));
+}
+
+std::exception_ptr JobLiveness::exited_error(const std::vector<int>& gone, const std::string& store_msg) {
+  if (gone.empty()) return nullptr;
+  std::string who, pids;
+  for (int r : gone) {
+    who += (who.empty() ? "" : ", ") + c_.rank_name(r);
+    pids += (pids.empty() ? "" : ", ") + proc::pid_of(known_process(r));
+  }
+  PeerLost e("peer lost: " + who + ": " + (gone.size() == 1 ? "its process (pid " : "their processes (pids ") + pids +
+                 " on this machine) " + (gone.size() == 1 ? "has" : "have") + " exited; and " + store_msg,
+             static_cast<int>(c_.job_rank(gone.front())));
+  e.set_suspects(gone);
+  return std::make_exception_ptr(e);
 }
 
 std::string JobLiveness::known_process(int peer) {
@@ -373,13 +379,10 @@ std::exception_ptr JobLiveness::lost(int peer, const std::string& who, const std
       // No cause can be published without the store: a peer whose process
       // lives closed the connection because it broke itself, likely on the
       // loss of a member whose process has exited (named, when there is one).
-      const std::vector<int> gone = exited_members();
-      if (!gone.empty()) return store_lost(e.what());
+      if (auto gone = exited_error(exited_members(), store_unreachable(e.what()))) return gone;
     }
     if (e.code() == ErrorCode::kStore) {
-      return lost_error("peer lost: " + who + ": " + detail + "; and the job's rendezvous store (" +
-                            describe_store(*c_.store_) + ") is unreachable: " + e.what(),
-                        peer);
+      return lost_error("peer lost: " + who + ": " + detail + "; and " + store_unreachable(e.what()), peer);
     }
   }
   return lost_error("peer lost: " + who + ": " + detail, peer);

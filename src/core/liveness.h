@@ -88,6 +88,11 @@ class JobLiveness final : public transport::Liveness {
   std::string known_process(int peer);
   // The root's: the ranks whose known processes on this host have exited.
   std::vector<int> exited_members();
+  // A PeerLost naming the ranks `gone` (their processes exited) and then
+  // `store_msg`; null when `gone` is empty.
+  std::exception_ptr exited_error(const std::vector<int>& gone, const std::string& store_msg);
+  // "the job's rendezvous store (<where>) is unreachable: <cause>".
+  std::string store_unreachable(const std::string& cause) const;
 
   CommunicatorImpl& c_;
   RollCall roll_call_;
