@@ -36,6 +36,9 @@ from datetime import timedelta
 HERE = os.path.dirname(os.path.abspath(__file__))
 STAGES = 2
 
+sys.path.insert(0, HERE)
+from torchft_worker import _lines as lines  # noqa: E402  (its records: one JSON line each)
+
 
 def train(a):
     import torch
@@ -118,14 +121,6 @@ def train(a):
     manager.shutdown(wait=False)
     log.close()
     os._exit(0)  # the lighthouse, the other stage and peers may still be talking
-
-
-def lines(path):
-    try:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.endswith("\n")]
-    except FileNotFoundError:
-        return []
 
 
 def kill_job(folder, *, replicas=2, kill_at=3, kill_stage=1, steps=8, timeout=240):
